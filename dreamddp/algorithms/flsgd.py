@@ -1,0 +1,30 @@
+"""FLSGD (full local SGD): H local steps, then all parameters averaged, blocking.
+
+After the optimizer step of every iteration t with (t + 1) % H == 0 the whole
+flat parameter buffer is all-reduced (AVG); nothing overlaps it.
+
+Numerics: torch's PeriodicModelAverager(period=H, warmup_steps=H-1) called
+after every step (equivalently PostLocalSGDOptimizer); with H = 1 and plain
+SGD it equals S-SGD.
+"""
+
+from __future__ import annotations
+
+from dreamddp.algorithms.base import Algorithm
+from dreamddp.engine.plan import Payload, SyncOp, When
+
+
+class FLSGD(Algorithm):
+    name = "flsgd"
+
+    def bind(self, engine) -> None:
+        H = self.cfg.H
+        if H < 1:
+            raise ValueError(f"algo.H={H}: must be >= 1")
+        self._sync = (SyncOp(0, len(engine.units) - 1, Payload.PARAM, When.AFTER_STEP, When.AFTER_STEP),)
+
+    def plan(self, t: int):
+        return self._sync if (t + 1) % self.cfg.H == 0 else ()
+
+    def describe(self) -> dict:
+        return {"name": self.name, "H": self.cfg.H}

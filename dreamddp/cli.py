@@ -1,0 +1,151 @@
+"""``dreamddp-run``: compose the config, validate it, then launch or be a worker.
+
+One entry point plays both roles so that the overrides a user types are the
+ones every worker sees.  Without a launcher identity in the environment it is
+the launcher: validate, prepare the data once, start N workers (torchrun, or
+shaped namespaces) that re-run this same module with the same overrides and
+the run directory pinned, and wait.  Under torchrun/srun it is one worker and
+calls ``dreamddp.train.run_worker``.  Everything else (``--help``, ``--cfg``,
+``--info``, ``-m``) is plain Hydra.
+
+Errors a user can fix print ``error: <one line>`` and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import dreamddp  # noqa: F401  (torchvision import fix before anything else)
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from dreamddp import launch
+from dreamddp.config import CONFIG_NAME, ConfigError, conf_dir, validate
+
+# Hydra overrides that describe the launching process, not the run: never passed to workers.
+_PARENT_ONLY = ("hydra.run.", "hydra.sweep.", "hydra.mode", "hydra.launcher", "hydra/launcher",
+                "hydra.sweeper", "hydra/sweeper", "hydra.job.num", "hydra.job.id")
+# Hydra flags whose next argv token is their value (not an override).
+_VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
+                "--cfg", "-c", "--package", "-p", "--experimental-rerun")
+
+
+class WorkerFailure(RuntimeError):
+    """A multirun job whose workers failed; Hydra records it and goes on with the sweep."""
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def _user_overrides(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token.startswith("-"):
+            skip = token in _VALUE_FLAGS
+        elif "=" in token:
+            out.append(token)
+    return out
+
+
+def check_group_options(argv: list[str], config_dir: str) -> None:
+    """Refuse ``group=option`` for a conf/ group that has no such option, in one line.
+
+    Hydra would refuse it too, but over many lines; this runs before Hydra and
+    covers sweeps (``algo=ssgd,nope``).  Anything unusual is left to Hydra.
+    """
+    if any(a in ("--config-dir", "-cd") or a.startswith("--config-dir=") for a in argv):
+        return  # extra search paths may add options we cannot see here
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for token in _user_overrides(argv):
+        try:
+            (override,) = parser.parse_overrides([token])
+        except Exception:  # noqa: BLE001  malformed: Hydra reports it in its own words
+            continue
+        group = Path(config_dir) / override.key_or_group
+        if override.is_delete() or override.package or not group.is_dir():
+            continue
+        options = sorted(p.stem for p in group.glob("*.yaml"))
+        if override.is_sweep_override():
+            values = list(override.sweep_string_iterator())
+        else:
+            values = [override.value()]
+        for value in values:
+            if isinstance(value, str) and value not in options:
+                _fail(f"{override.key_or_group}={value}: unknown option; choose from {', '.join(options)}")
+
+
+def worker_argv(hc) -> list[str]:
+    """The command-line arguments that make a worker compose exactly this job's config."""
+    argv: list[str] = []
+    if hc.job.config_name and hc.job.config_name != CONFIG_NAME:
+        argv += ["--config-name", hc.job.config_name]
+    for source in hc.runtime.config_sources:
+        if source.provider == "command-line" and source.schema == "file":
+            argv += ["--config-dir", source.path]
+    argv += [o for o in hc.overrides.hydra if not o.lstrip("+~").startswith(_PARENT_ONLY)]
+    argv += list(hc.overrides.task)
+    return argv
+
+
+class ValidateFirst(Callback):
+    """Validate a single run before Hydra creates its output directory.
+
+    Listed in conf/config.yaml under hydra.callbacks.  A refused config thus
+    leaves no run directory at all.  Multirun jobs differ per job, so the task
+    validates those itself.
+    """
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        task_cfg = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+        try:
+            validate(task_cfg)
+        except ConfigError as exc:
+            _fail(str(exc))
+
+
+def _task(cfg: DictConfig) -> None:
+    hc = HydraConfig.get()
+    run_dir = hc.runtime.output_dir
+    try:
+        if hc.mode == RunMode.MULTIRUN:
+            validate(cfg)
+        if launch.in_worker():
+            if cfg.bandwidth.backend == "tc" and not os.environ.get(launch.LAUNCHED_ENV):
+                raise ConfigError("bandwidth.backend=tc: workers must be started by dreamddp-run, "
+                                  "not torchrun/srun (one network namespace per worker)")
+            from dreamddp.train import run_worker
+
+            run_worker(cfg, run_dir)
+            return
+        rc = launch.launch_workers(cfg, run_dir, worker_argv(hc))
+    except ConfigError as exc:
+        _fail(str(exc))
+    if rc == 0:
+        return
+    if hc.mode == RunMode.MULTIRUN:
+        raise WorkerFailure(f"workers exited with status {rc}; see {run_dir}")
+    sys.exit(rc)
+
+
+_hydra_main = hydra.main(config_path=conf_dir(), config_name=CONFIG_NAME, version_base="1.3")(_task)
+
+
+def main() -> None:
+    check_group_options(sys.argv[1:], conf_dir())
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Configuration: typed schema, resolvers, validation, and where conf/ lives.
+
+Importing this package registers the schema and the resolvers with Hydra and
+OmegaConf (both idempotent), so any entry point or test that composes
+conf/config.yaml only needs ``import dreamddp.config`` first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dreamddp.config.resolvers import register_resolvers, repo_root
+from dreamddp.config.schema import SCHEMA_NAME, Config, register_schema
+from dreamddp.config.validate import ConfigError, validate
+
+CONFIG_NAME = "config"
+
+
+def conf_dir() -> str:
+    """Absolute path of the Hydra config tree: ``<repo>/conf`` in a checkout or
+    editable install, ``dreamddp/conf`` when installed from a wheel."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package.parent / "conf", package / "conf"):
+        if (candidate / f"{CONFIG_NAME}.yaml").is_file():
+            return str(candidate)
+    raise FileNotFoundError(f"no {CONFIG_NAME}.yaml under {package.parent / 'conf'} or {package / 'conf'}")
+
+
+def setup() -> None:
+    register_schema()
+    register_resolvers()
+
+
+setup()
+
+__all__ = [
+    "CONFIG_NAME", "SCHEMA_NAME", "Config", "ConfigError", "conf_dir", "repo_root", "setup", "validate",
+]

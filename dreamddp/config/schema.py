@@ -1,0 +1,162 @@
+"""Typed schema of every run's configuration, registered in Hydra's ConfigStore.
+
+The yaml under ``conf/`` only picks values; these dataclasses fix which keys
+exist and their types, so a typo (``train.itrations=5``) or a wrong type
+(``train.iterations=abc``) is refused by Hydra while composing, before any
+worker starts.  Key names are a stable interface: run records, results tools
+and runners read them.  Ranges and cross-field rules live in ``validate.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+# Name under which the top-level schema is stored; conf/config.yaml lists it first
+# in its defaults so that every yaml merges into the typed structure.
+SCHEMA_NAME = "dreamddp_schema"
+
+
+@dataclass
+class WandbConfig:
+    # offline|online|disabled; the WANDB_MODE environment variable wins over it.
+    mode: str = "offline"
+    # W&B project that runs are logged to.
+    project: str = "dreamddp"
+    # W&B entity (user or team); None = the account's default entity.
+    entity: Optional[str] = None
+    # Run group; None = experiment.name, so one experiment's runs sit together.
+    group: Optional[str] = None
+    # Free-form tags attached to the W&B run.
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ModelConfig:
+    # Registry name in dreamddp.models.MODELS: resnet18|resnet50|gpt2|llama2.
+    name: str = MISSING
+    # tiny (CPU-sized preset for laptops/CI) | paper (the paper's architecture).
+    size: str = "tiny"
+    # Language models only: vocabulary size; None = the model preset's own.
+    vocab_size: Optional[int] = None
+
+
+@dataclass
+class DataConfig:
+    # Registry name in dreamddp.data.DATASETS, e.g. fashion_mnist, shakespeare.
+    name: str = MISSING
+    # Where datasets and caches live (absolute); env DREAMDDP_DATA overrides the default.
+    root: str = "${oc.env:DREAMDDP_DATA,${ddp_repo:}/data_cache}"
+    # Tokens per language-model sample (context length); must fit the model's positions.
+    block_size: int = 128
+    # Fraction of the training split held out for evaluation when a dataset has no test split.
+    eval_fraction: float = 0.05
+    # Number of evaluation batches per evaluation (bounds eval cost on CPU).
+    eval_batches: int = 8
+    # Number of samples the synthetic dataset generates.
+    synthetic_size: int = 4096
+
+
+@dataclass
+class TrainConfig:
+    # Training iterations (optimizer steps) per worker.
+    iterations: int = 100
+    # Samples per worker per iteration (global batch = batch_size * world size).
+    batch_size: int = 8
+    # Peak learning rate; each model yaml sets its paper default.
+    lr: float = MISSING
+    # sgd|adam|adamw; each model yaml sets its paper default.
+    optimizer: str = MISSING
+    # SGD momentum (ignored by adam/adamw).
+    momentum: float = 0.9
+    # Weight decay (L2 for sgd/adam, decoupled for adamw).
+    weight_decay: float = 0.0
+    # Clip the global gradient norm to this value; 0 = off.
+    grad_clip: float = 0.0
+    # constant|cosine|step learning-rate schedule after warm-up.
+    lr_schedule: str = "cosine"
+    # Iterations of linear warm-up from 0 to lr.
+    warmup_iterations: int = 0
+    # Evaluate every this many iterations; 0 = only at the end.
+    eval_every: int = 50
+    # Log (record + W&B + console) every this many iterations.
+    log_every: int = 10
+    # Measure cross-worker parameter divergence every this many iterations; 0 = off.
+    divergence_every: int = 0
+    # Show a tqdm progress bar on rank 0.
+    progress: bool = True
+
+
+@dataclass
+class AlgoConfig:
+    # Registry name in dreamddp.algorithms.ALGORITHMS: ddp|ssgd|ascwfbp|flsgd|plsgd_enp|dreamddp.
+    name: str = MISSING
+    # Sync period in iterations (flsgd, plsgd_enp, dreamddp); every unit syncs once per H.
+    H: int = 10
+    # dreamddp: path to a schedule JSON; None = profile, then schedule at start-up.
+    schedule: Optional[str] = None
+    # ascwfbp: gradient bucket size in MB (0 is refused; per-unit buckets need a tiny value).
+    bucket_mb: float = 25.0
+    # dreamddp: iterations spent profiling per-unit backward/communication times.
+    profile_iterations: int = 10
+
+
+@dataclass
+class BandwidthConfig:
+    # ideal (no pacing) | emulated (virtual-clock link model) | tc (kernel shaping).
+    backend: str = "ideal"
+    # Link bandwidth in Gbit/s (emulated, tc); None with emulated needs comm_ratio.
+    gbps: Optional[float] = None
+    # One-way latency per message in milliseconds.
+    latency_ms: float = 0.0
+    # emulated: set gbps at start-up so that (all-reduce time of all parameters) /
+    # (backward time) = comm_ratio; the paper's GPT-2 regime is about 7.
+    comm_ratio: Optional[float] = None
+    # Multiplies the modelled transfer time (protocol/header overhead).
+    calibration: float = 1.0
+
+
+@dataclass
+class ClusterConfig:
+    # local (this host starts its workers via torchrun) | slurm (srun/submitit start them).
+    name: str = "local"
+    # Workers per node.
+    nproc: int = 2
+    # Nodes; the local launcher supports 1, multi-node runs use slurm/ scripts.
+    nnodes: int = 1
+    # auto|cpu|cuda; auto = cuda when available, else cpu.
+    device: str = "auto"
+    # auto|gloo|nccl; auto = nccl on cuda, gloo on cpu.
+    dist_backend: str = "auto"
+    # torch intra-op threads (and OMP_NUM_THREADS) per worker.
+    threads_per_worker: int = 1
+    # Rendezvous port; 0 = pick a free port (local) or derive one from the SLURM job id.
+    master_port: int = 0
+
+
+@dataclass
+class ExperimentConfig:
+    # Experiment name: W&B group by default and the label results tools group runs by.
+    name: str = "default"
+
+
+@dataclass
+class Config:
+    # Global random seed (model init, data order); worker rank is mixed in where needed.
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    bandwidth: BandwidthConfig = field(default_factory=BandwidthConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+
+def register_schema() -> None:
+    """Store the schema so conf/config.yaml can list it first in its defaults."""
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=Config)

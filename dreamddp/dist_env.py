@@ -1,0 +1,147 @@
+"""Who am I in the job, and the process group built from it.
+
+Two launchers start workers: torchrun (RANK/WORLD_SIZE/LOCAL_RANK/MASTER_*) and
+srun (SLURM_PROCID/SLURM_NTASKS/...; no rendezvous, so the master address is the
+first node of the step and the port is derived from the job id, identical on
+all tasks without any communication).  ``worker_env`` only reads the
+environment (no torch import) so the CLI can decide cheaply whether it is a
+worker; ``init_distributed`` does the real work inside one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Optional
+
+if TYPE_CHECKING:
+    import torch
+    from omegaconf import DictConfig
+
+
+@dataclass(frozen=True)
+class WorkerEnv:
+    launcher: str  # "torchrun" | "srun"
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: Optional[str]  # None: torchrun already exported it
+    master_port: Optional[int]  # None: torchrun already exported it / derive from config
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: "torch.device"
+    backend: str  # the torch.distributed backend actually used
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def first_host(nodelist: str) -> str:
+    """First hostname of a SLURM hostlist such as ``gpu[03-05,9],cpu1`` -> ``gpu03``."""
+    m = re.match(r"([^\[,]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not m:
+        raise ValueError(f"cannot parse SLURM nodelist {nodelist!r}")
+    prefix, ranges = m.group(1), m.group(2)
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def worker_env(environ: Optional[Mapping[str, str]] = None) -> Optional[WorkerEnv]:
+    """The launcher-provided identity of this process, None when not a worker."""
+    env = os.environ if environ is None else environ
+    if all(k in env for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        return WorkerEnv(
+            launcher="torchrun",
+            rank=int(env["RANK"]),
+            world_size=int(env["WORLD_SIZE"]),
+            local_rank=int(env["LOCAL_RANK"]),
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
+            master_addr=None,
+            master_port=None,
+        )
+    ntasks = int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "1")))
+    if "SLURM_PROCID" in env and ntasks > 1:
+        nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "127.0.0.1"
+        per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_NTASKS_PER_NODE") or "1"
+        return WorkerEnv(
+            launcher="srun",
+            rank=int(env["SLURM_PROCID"]),
+            world_size=ntasks,
+            local_rank=int(env.get("SLURM_LOCALID", "0")),
+            # "4(x2)" -> 4: tasks on the first node, the usual homogeneous case
+            local_world_size=int(re.match(r"\d+", per_node).group(0)),
+            master_addr=env.get("MASTER_ADDR") or first_host(nodes),
+            master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else None,
+        )
+    return None
+
+
+def resolve_device(name: str) -> str:
+    """auto -> cuda when available, else cpu."""
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_backend(name: str, device: str) -> str:
+    """auto -> nccl on cuda, gloo on cpu."""
+    if name != "auto":
+        return name
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def slurm_port(job_id: str) -> int:
+    """A port every task of one SLURM job derives alike (range 20000-39999)."""
+    return 20000 + int(re.sub(r"\D", "", job_id) or 0) % 20000
+
+
+def init_distributed(cfg: "DictConfig", environ: Optional[Mapping[str, str]] = None) -> DistContext:
+    """Initialise torch.distributed for this worker from the launcher's env.
+
+    Sets the thread count first (one core per worker on CPU), picks the device
+    and backend from ``cfg.cluster``, and binds CUDA workers to their local GPU.
+    """
+    import torch
+    import torch.distributed as dist
+
+    env = worker_env(environ)
+    if env is None:
+        raise RuntimeError("not inside torchrun or srun: start workers with dreamddp-run")
+    torch.set_num_threads(int(cfg.cluster.threads_per_worker))
+    device_type = resolve_device(str(cfg.cluster.device))
+    backend = resolve_backend(str(cfg.cluster.dist_backend), device_type)
+    if env.launcher == "srun":
+        os.environ.setdefault("MASTER_ADDR", env.master_addr or "127.0.0.1")
+        port = env.master_port or int(cfg.cluster.master_port) or slurm_port(
+            os.environ.get("SLURM_JOB_ID", "0")
+        )
+        os.environ.setdefault("MASTER_PORT", str(port))
+        os.environ.update(RANK=str(env.rank), WORLD_SIZE=str(env.world_size))
+        os.environ.update(LOCAL_RANK=str(env.local_rank))
+    if device_type == "cuda":
+        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size)
+    return DistContext(env.rank, env.world_size, env.local_rank, device, backend)
+
+
+def shutdown() -> None:
+    """Barrier, then destroy: no rank tears the group down under another's feet."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

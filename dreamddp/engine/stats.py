@@ -1,0 +1,38 @@
+"""Per-iteration accounting the engine fills and the trainer records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class IterationStats:
+    iteration: int
+    sampled: bool = False  # keep the per-unit timeline for this iteration
+    start: float = 0.0
+    backward_end: float = 0.0
+    end: float = 0.0
+    wait: float = 0.0  # exposed wait: seconds blocked on communication
+    bytes: int = 0  # payload bytes of the collectives launched
+    wire_bytes: float = 0.0  # bytes this worker put on the wire (ring model)
+    collectives: int = 0
+    grad_norm: float | None = None
+    unit_ready: list[float] | None = None  # per-unit gradient-ready time since start (sampled)
+    events: list[dict] = field(default_factory=list)  # per-collective launch/complete (sampled)
+
+    def add_record(self, rec) -> None:
+        self.bytes += rec.nbytes
+        self.wire_bytes += rec.wire_bytes
+        self.collectives += 1
+        if self.sampled:
+            self.events.append(
+                {
+                    "tag": rec.tag,
+                    "kind": rec.kind,
+                    "bytes": rec.nbytes,
+                    "launch": rec.launch - self.start,
+                    "deadline": rec.deadline - self.start,
+                    "complete": None if rec.complete is None else rec.complete - self.start,
+                    "blocked": rec.blocked,
+                }
+            )

@@ -1,0 +1,142 @@
+"""Model registry: build a model by name and size preset, and list its units.
+
+``tiny`` presets keep the topology of each model at a size that trains in
+milliseconds on CPU (tests, laptop runs); ``paper`` presets are the models of
+the DreamDDP paper, whose module names match the authors' published profiles
+so their schedules apply to ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from dreamddp.engine.units import enumerate_units
+from dreamddp.models.resnet import build_resnet
+from dreamddp.models.tasks import TASKS, compute_loss, evaluate
+from dreamddp.models.transformers_lm import build_gpt2, build_llama
+
+SIZES = ("tiny", "paper")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    task: str  # "image" or "lm"
+    default_data: str  # "fashion_mnist" for resnets, "shakespeare" for LMs
+    build: Callable[..., nn.Module]
+    sizes: dict[str, dict]  # preset keyword arguments of ``build``, per size
+
+
+# Key of each preset's output size (classes / vocabulary) and context length.
+_OUTPUT_KEY = {"image": "num_classes", "lm": "vocab_size"}
+_POSITIONS_KEY = {"gpt2": "n_positions", "llama2": "max_position_embeddings"}
+
+MODELS: dict[str, ModelSpec] = {
+    "resnet18": ModelSpec(
+        "resnet18", "image", "fashion_mnist", build_resnet,
+        {
+            "tiny": dict(block="basic", num_blocks=(1, 1, 1, 1), base_width=8, num_classes=10),
+            "paper": dict(block="basic", num_blocks=(2, 2, 2, 2), base_width=64, num_classes=10),
+        },
+    ),
+    "resnet50": ModelSpec(
+        "resnet50", "image", "fashion_mnist", build_resnet,
+        {
+            "tiny": dict(block="bottleneck", num_blocks=(1, 1, 1, 1), base_width=8,
+                         num_classes=100),
+            "paper": dict(block="bottleneck", num_blocks=(3, 4, 6, 3), base_width=64,
+                          num_classes=100),
+        },
+    ),
+    "gpt2": ModelSpec(
+        "gpt2", "lm", "shakespeare", build_gpt2,
+        {
+            "tiny": dict(n_layer=2, n_embd=64, n_head=2, n_positions=128, vocab_size=50257),
+            "paper": dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257),
+        },
+    ),
+    "llama2": ModelSpec(
+        "llama2", "lm", "shakespeare", build_llama,
+        {
+            "tiny": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2,
+                         intermediate_size=172, max_position_embeddings=128, vocab_size=32000),
+            "paper": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8,
+                          intermediate_size=1376, max_position_embeddings=1024,
+                          vocab_size=32000),
+        },
+    ),
+}
+
+assert set(_POSITIONS_KEY) == {n for n, s in MODELS.items() if s.task == "lm"}
+assert all(set(s.sizes) == set(SIZES) for s in MODELS.values())
+
+
+def _preset(name: str, size: str) -> tuple[ModelSpec, dict]:
+    if name not in MODELS:
+        raise ValueError(f"model={name}: unknown model; choose from {', '.join(MODELS)}")
+    if size not in SIZES:
+        raise ValueError(
+            f"model.size={size}: unknown size for {name}; choose from {', '.join(SIZES)}"
+        )
+    spec = MODELS[name]
+    return spec, dict(spec.sizes[size])
+
+
+def max_positions(name: str, size: str) -> int | None:
+    """Longest sequence the preset's position table covers (None for image models)."""
+    spec, preset = _preset(name, size)
+    return preset[_POSITIONS_KEY[name]] if spec.task == "lm" else None
+
+
+def _check_positive_int(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{field}={value}: must be a positive integer")
+
+
+def build_model(
+    name: str,
+    size: str,
+    *,
+    num_classes: int | None = None,
+    vocab_size: int | None = None,
+    block_size: int | None = None,
+) -> nn.Module:
+    """A randomly initialised model from the torch RNG (seed torch beforehand).
+
+    ``num_classes`` (image models) and ``vocab_size`` (LMs) override the
+    preset's output size; ``block_size`` (LMs) is only checked against the
+    preset's position table, which stays the preset's size.
+    """
+    spec, preset = _preset(name, size)
+    given = {"num_classes": num_classes, "vocab_size": vocab_size}
+    for key, value in given.items():
+        if value is None:
+            continue
+        if key != _OUTPUT_KEY[spec.task]:
+            raise ValueError(f"data.{key}={value}: not used by {name} (a {spec.task} model)")
+        _check_positive_int(f"data.{key}", value)
+        preset[key] = value
+    if block_size is not None:
+        if spec.task != "lm":
+            raise ValueError(f"data.block_size={block_size}: not used by {name} (an image model)")
+        _check_positive_int("data.block_size", block_size)
+        limit = preset[_POSITIONS_KEY[name]]
+        if block_size > limit:
+            raise ValueError(
+                f"data.block_size={block_size}: exceeds the {limit} positions of {name} {size}"
+            )
+    return spec.build(**preset)
+
+
+# The model's units in backward order (output side first): the engine's own
+# enumeration, re-exported so callers need only the registry.
+model_units = enumerate_units
+
+
+__all__ = [
+    "MODELS", "SIZES", "TASKS", "ModelSpec", "build_model", "compute_loss", "evaluate",
+    "max_positions", "model_units",
+]

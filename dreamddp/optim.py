@@ -1,0 +1,43 @@
+"""Optimizers and learning-rate schedules per the paper's recipes.
+
+ResNets: SGD with momentum 0.9, weight decay 1e-4.  LMs: Adam, clipping 1.0
+(clipping itself is done by the engine on the flat gradient buffer).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def build_optimizer(train_cfg, params) -> torch.optim.Optimizer:
+    params = list(params)
+    name = train_cfg.optimizer
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=train_cfg.lr, momentum=train_cfg.momentum, weight_decay=train_cfg.weight_decay)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    raise ValueError(f"train.optimizer={name}: unknown optimizer; choose from sgd, adam, adamw")
+
+
+def lr_factor(schedule: str, t: int, total: int, warmup: int) -> float:
+    """Multiplier of the base learning rate at iteration t (0-based)."""
+    if warmup and t < warmup:
+        return (t + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = (t - warmup) / max(1, total - warmup)
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    if schedule == "step":  # /10 at 50% and 75%, the usual CIFAR recipe
+        return 0.1 ** (int(progress >= 0.5) + int(progress >= 0.75))
+    raise ValueError(f"train.lr_schedule={schedule}: unknown schedule; choose from constant, cosine, step")
+
+
+def build_lr_schedule(train_cfg, optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+    total, warmup, sched = train_cfg.iterations, train_cfg.warmup_iterations, train_cfg.lr_schedule
+    lr_factor(sched, 0, total, warmup)  # fail early on an unknown name
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda t: lr_factor(sched, t, total, warmup))

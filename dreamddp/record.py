@@ -1,0 +1,194 @@
+"""The run record: one ``run.json`` per run, the only input of the results tools.
+
+Rank 0 holds a ``RunRecord``.  The file is always complete JSON: every write goes
+to a temporary file in the same directory, is fsync'ed, then atomically renamed
+over ``run.json``, so a reader (or a crash) never sees half a record.  It is
+written when the run starts (status "running"), at most every ``flush_seconds``
+or ``flush_iterations`` while iterations arrive, and at the end ("completed" or
+"failed").  The launcher marks a record failed when workers die without doing so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+RECORD_NAME = "run.json"
+SCHEMA_VERSION = 1
+
+
+def _git_sha(cwd: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def _versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in ("torch", "transformers", "hydra-core", "omegaconf", "wandb", "dreamddp"):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = None
+    return found
+
+
+def _hardware() -> dict[str, Any]:
+    cpu = platform.processor() or None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    gpus: list[str] = []
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        pass
+    return {
+        "hostname": platform.node(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_bytes": memory,
+        "gpus": gpus,
+    }
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Write ``data`` to ``path`` so that ``path`` is always either old or new, never partial."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, default=str)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_record(path: str | os.PathLike) -> dict:
+    """Read a run record; ``path`` may be the run directory or the run.json file."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / RECORD_NAME
+    with open(p) as fh:
+        return json.load(fh)
+
+
+class RunRecord:
+    """Accumulates one run's numbers on rank 0 and keeps run.json current."""
+
+    def __init__(
+        self,
+        run_dir: str,
+        cfg: DictConfig,
+        flush_seconds: float = 10.0,
+        flush_iterations: int = 100,
+    ) -> None:
+        self.path = Path(run_dir) / RECORD_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.flush_seconds = flush_seconds
+        self.flush_iterations = flush_iterations
+        self._last_flush = 0.0
+        self._unflushed = 0
+        self.data: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "status": "running",
+            "error": None,
+            "start_time": time.time(),
+            "end_time": None,
+            "run_dir": str(Path(run_dir).resolve()),
+            "config": OmegaConf.to_container(cfg, resolve=True),
+            "git_sha": _git_sha(Path(__file__).resolve().parent),
+            "versions": _versions(),
+            "hardware": _hardware(),
+            "iterations": [],
+            "evals": [],
+            "divergence": [],
+            "extra": {},
+            "summary": {},
+        }
+        self.flush()
+
+    @property
+    def status(self) -> str:
+        return self.data["status"]
+
+    def add_iteration(self, row: dict) -> None:
+        """One iteration's timings/bytes/loss (+ any extra keys); flushed periodically."""
+        if "iteration" not in row:
+            raise ValueError("add_iteration: row needs an 'iteration' key")
+        self.data["iterations"].append(dict(row))
+        self._unflushed += 1
+        due = time.monotonic() - self._last_flush >= self.flush_seconds
+        if due or self._unflushed >= self.flush_iterations:
+            self.flush()
+
+    def add_eval(self, row: dict) -> None:
+        self.data["evals"].append(dict(row))
+
+    def add_divergence(self, row: dict) -> None:
+        self.data["divergence"].append(dict(row))
+
+    def set(self, key: str, value: Any) -> None:
+        """Store run-level facts (link, schedule, profile, predicted times) under extra."""
+        self.data["extra"][key] = value
+
+    def finish(self, summary: dict) -> None:
+        self.data["summary"] = dict(summary)
+        self._close("completed", None)
+
+    def fail(self, message: str) -> None:
+        self._close("failed", message)
+
+    def _close(self, status: str, error: str | None) -> None:
+        self.data.update(status=status, error=error, end_time=time.time())
+        self.flush()
+
+    def flush(self) -> None:
+        write_json_atomic(self.path, self.data)
+        self._last_flush = time.monotonic()
+        self._unflushed = 0
+
+
+def mark_failed(run_dir: str, cfg: DictConfig, message: str) -> bool:
+    """Launcher side: make sure a run whose workers died ends as "failed".
+
+    Returns True when it wrote something: a record still "running" is closed,
+    a missing one is created (config, versions, hardware) so the failure is on file.
+    """
+    path = Path(run_dir) / RECORD_NAME
+    try:
+        data = load_record(path)
+    except (OSError, json.JSONDecodeError):
+        RunRecord(run_dir, cfg).fail(message)
+        return True
+    if data.get("status") in ("completed", "failed"):
+        return False
+    data.update(status="failed", error=message, end_time=time.time())
+    write_json_atomic(path, data)
+    return True

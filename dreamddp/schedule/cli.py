@@ -1,0 +1,98 @@
+"""``dreamddp-schedule``: a schedule for a profile, and the modelled iteration times.
+
+    dreamddp-schedule PROFILE_DIR --H 10 [--scheduler dreamddp|enp|optimal]
+        [--no-bubble] [--out schedule.json] [--workers N --gbps G]
+        [--latency-ms MS] [--authors-model]
+
+Writes the schedule in the authors' format (``{"H": H, "schedule": {unit:
+iteration or [iterations]}}``) and prints a table of modelled mean iteration
+times.  ``--authors-model`` schedules the units the authors' model sees and
+prints their model's numbers; otherwise our simulator runs every algorithm on
+the profile's measured comm times, or with ``--workers/--gbps`` on the ring
+link model over the profile's byte counts.  Bad input: one line on stderr,
+exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from dreamddp.schedule.authors_model import aligned, modelled_times
+from dreamddp.schedule.make import SCHEDULERS, make_schedule
+from dreamddp.schedule.plans import PLANS, modelled_link
+from dreamddp.schedule.profile import load_profile, save_schedule
+from dreamddp.schedule.simulator import simulate
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dreamddp-schedule", description=__doc__.split("\n")[0])
+    p.add_argument("profile_dir")
+    p.add_argument("--H", type=int, default=10, help="synchronisation period (iterations per window)")
+    p.add_argument("--scheduler", choices=SCHEDULERS, default="dreamddp")
+    p.add_argument("--no-bubble", action="store_true", help="skip bubble filling")
+    p.add_argument("--out", default="schedule.json", help="where to write the schedule")
+    p.add_argument("--workers", type=int, help="world size for the modelled link (with --gbps)")
+    p.add_argument("--gbps", type=float, help="link bandwidth in Gbit/s (with --workers)")
+    p.add_argument("--latency-ms", type=float, default=0.0, help="per-hop latency of the modelled link")
+    p.add_argument("--authors-model", action="store_true", help="print the authors' cost model's numbers")
+    return p
+
+
+def _table(rows: list[tuple[str, float, float | None]], title: str) -> str:
+    lines = [title, f"{'algorithm':<20} {'iteration s':>12} {'exposed wait s':>15}"]
+    for name, t, w in rows:
+        lines.append(f"{name:<20} {t:>12.6f} {'' if w is None else f'{w:15.6f}':>15}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> str:
+    if args.H < 1:
+        raise ValueError(f"--H must be >= 1, got {args.H}")
+    if (args.workers is None) != (args.gbps is None):
+        raise ValueError("--workers and --gbps go together")
+    if args.workers is not None and args.authors_model:
+        raise ValueError("--authors-model uses the profile's measured comm times; drop --workers/--gbps")
+    profile = load_profile(args.profile_dir)
+    bubble = not args.no_bubble
+    if args.authors_model:
+        schedule = make_schedule(aligned(profile), args.H, args.scheduler, bubble)
+        m = modelled_times(profile, args.H, schedule)
+        rows = [(k, v, None) for k, v in m["algorithm_times"].items()]
+        text = _table(rows, f"authors' model, H={args.H}, mean of 1000 iterations (forward ignored)")
+        text += "\n" + "  ".join(f"{k}: {v:.4f}x" for k, v in m["speedups"].items())
+    else:
+        link = {}
+        if args.gbps is not None:
+            link = dict(world=args.workers, gbps=args.gbps, latency_s=args.latency_ms / 1e3)
+            if not profile.nbytes:
+                raise ValueError(f"{args.profile_dir}: no nbytes.json, so --workers/--gbps cannot be modelled")
+            f = modelled_link(args.workers, args.gbps, args.latency_ms / 1e3, 1.0)
+            profile_for_schedule = replace(profile, comm={u: f(profile.nbytes.get(u, 0)) for u in profile.units})
+        else:
+            profile_for_schedule = profile
+        schedule = make_schedule(profile_for_schedule, args.H, args.scheduler, bubble)
+        rows = []
+        for algo in PLANS:
+            r = simulate(algo, profile, H=args.H, schedule=schedule if algo == "dreamddp" else None, **link)
+            rows.append((algo, r.mean_iter, r.mean_wait))
+        where = f"{args.workers} workers, {args.gbps} Gbit/s" if link else "measured comm times"
+        text = _table(rows, f"simulated engine, H={args.H}, {where}, {args.scheduler} schedule")
+    save_schedule(args.out, args.H, schedule)
+    return text + f"\nschedule written to {args.out}"
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        print(run(args))
+    except (FileNotFoundError, ValueError, OSError) as e:
+        print(f"dreamddp-schedule: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Scheduler-vs-optimum studies and iteration-time tables for any profile.
+
+Projection to another cluster (``project``): a profile's measured comm time of
+a unit is, for a bandwidth-bound ring all-reduce, proportional to the ring
+factor 2(n-1)/n of its world size n and inversely proportional to the link
+bandwidth B.  So a profile measured at (n0, B0) is projected to (n, B) by
+multiplying every comm time by ``[2(n-1)/n] / [2(n0-1)/n0] * B0 / B``;
+backward and forward times stay as measured (same GPUs).  Latency terms are
+not rescaled: at 10 Mbit/s-10 Gbit/s with MB-sized layers the bandwidth term
+dominates.  The artifact profiles carry (n0, B0) in their path; paper-v1
+profiles have none and need ``base_world`` / ``base_gbps`` given.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from dreamddp.comm.link import ring_factor
+from dreamddp.schedule.authors_model import OUR_NAMES, modelled_times
+from dreamddp.schedule.cost import arrays, total_wait
+from dreamddp.schedule.dfs import dfs_cuts
+from dreamddp.schedule.enp import enp
+from dreamddp.schedule.make import make_schedule
+from dreamddp.schedule.optimal import optimal_cuts
+from dreamddp.schedule.plans import PLANS
+from dreamddp.schedule.profile import Profile, scaled
+from dreamddp.schedule.simulator import simulate
+
+
+def reference_root() -> Path:
+    """The authors' reference profiles: $DREAMDDP_REFERENCE_PROFILES, ./shared/..., /work/shared/..."""
+    candidates = [os.environ.get("DREAMDDP_REFERENCE_PROFILES", "")]
+    candidates += [str(Path(__file__).resolve().parents[2] / "shared/reference/official-profiles")]
+    candidates += ["/work/shared/reference/official-profiles"]
+    for c in candidates:
+        if c and Path(c).is_dir():
+            return Path(c)
+    raise FileNotFoundError("reference profiles not found; set DREAMDDP_REFERENCE_PROFILES")
+
+
+def cut(profile: Profile, n: int) -> Profile:
+    """The first ``n`` units in forward order: a shallower network (paper Fig. 15)."""
+    if not 1 <= n <= len(profile.units):
+        raise ValueError(f"cut: n must be in [1, {len(profile.units)}], got {n}")
+    units = profile.units[-n:]
+    keep = set(units)
+    return replace(
+        profile,
+        units=units,
+        bp={u: t for u, t in profile.bp.items() if u in keep},
+        comm={u: t for u, t in profile.comm.items() if u in keep},
+        fwd={u: t for u, t in profile.fwd.items() if u in keep},
+        nbytes={u: b for u, b in profile.nbytes.items() if u in keep},
+    )
+
+
+def _study_row(profile: Profile, H: int, **extra) -> dict:
+    bp, comm = arrays(profile)
+    t0 = time.perf_counter()
+    w_dfs, _ = dfs_cuts(bp, comm, H)
+    t1 = time.perf_counter()
+    w_opt, _ = optimal_cuts(bp, comm, H)
+    t2 = time.perf_counter()
+    w_enp = total_wait(profile, H, enp(profile.units, H))
+    return {
+        **extra,
+        "units": len(profile.units),
+        "contiguous_partitions": math.comb(len(profile.units) - 1, H - 1),  # what brute force enumerates
+        "wait_dreamddp": w_dfs,
+        "wait_optimal": w_opt,
+        "wait_enp": w_enp,
+        "time_dreamddp_s": t1 - t0,
+        "time_optimal_s": t2 - t1,
+    }
+
+
+def by_units(profile: Profile, sizes=range(10, 31), H: int = 5) -> list[dict]:
+    """DFS vs the exact optimum (and ENP) per window, cutting the profile to each size."""
+    return [_study_row(cut(profile, n), H) for n in sizes]
+
+
+def by_bandwidth(profile: Profile, ratios=(0.25, 0.5, 1, 2, 4, 8), H: int = 5) -> list[dict]:
+    """Same, with comm scaled to ``ratio`` x the profile's bandwidth (comm / ratio)."""
+    return [_study_row(scaled(profile, comm=1.0 / r), H, bandwidth_ratio=r) for r in ratios]
+
+
+def project(profile: Profile, world: int, gbps: float, base_world: int | None = None, base_gbps: float | None = None) -> Profile:
+    """Comm times projected from the profile's (world, bandwidth) to (``world``, ``gbps``)."""
+    n0 = base_world if base_world is not None else profile.meta.get("world")
+    b0 = base_gbps if base_gbps is not None else profile.meta.get("gbps")
+    if n0 is None or b0 is None:
+        raise ValueError("projection needs the profile's measured world size and bandwidth (base_world, base_gbps)")
+    if world < 2 or n0 < 2:
+        raise ValueError(f"projection needs world sizes >= 2, got {n0} -> {world}")
+    if not (gbps > 0 and b0 > 0):
+        raise ValueError(f"bandwidths must be > 0, got {b0} -> {gbps}")
+    k = ring_factor("all_reduce", world) / ring_factor("all_reduce", n0) * b0 / gbps
+    out = scaled(profile, comm=k)
+    out.meta.update(world=world, gbps=gbps)
+    return out
+
+
+def iteration_time_table(profile: Profile, H: int = 10, model: str = "simulator") -> list[dict]:
+    """Rows (algorithm, mean iteration s, mean exposed wait s) for every algorithm.
+
+    ``model="simulator"``: our engine (forward and step included, real overlap);
+    ``model="authors"``: the authors' formulas (wait column empty), rows
+    named as our algorithms (their sgd = ssgd, pipe_sgd = ascwfbp, ...).
+    """
+    if model == "authors":
+        m = modelled_times(profile, H)
+        return [{"algorithm": OUR_NAMES[k], "iteration_s": v, "wait_s": None} for k, v in m["algorithm_times"].items()]
+    if model != "simulator":
+        raise ValueError(f"model: unknown {model!r} (expected simulator or authors)")
+    schedule = make_schedule(profile, H)
+    rows = []
+    for algo in PLANS:
+        r = simulate(algo, profile, H=H, schedule=schedule if algo == "dreamddp" else None)
+        rows.append({"algorithm": algo, "iteration_s": r.mean_iter, "wait_s": r.mean_wait})
+    return rows

@@ -1,0 +1,91 @@
+"""The per-iteration cost model every scheduler optimises (paper section 1).
+
+Within one iteration, unit i (backward order) has its gradient ready at
+``ready[i] = bp[0] + ... + bp[i]`` (time from the start of backward).  Each unit
+synced in that iteration launches its all-reduce at ``ready[i]`` onto a FIFO
+link; the exposed wait is ``max(0, last finish - ready[-1])``.  The link is
+empty at the start of every iteration (the step waits for it), so the cost of
+an iteration depends only on the set of units it syncs.
+
+For a contiguous run s..e-1 the FIFO finish has a closed form,
+``finish = P[e] + max_{s<=k<e} (ready[k] - P[k])`` with ``P`` the prefix sum of
+comm times, which lets one numpy running maximum price every run starting at s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from dreamddp.schedule.profile import Profile
+
+
+def arrays(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
+    """Backward and comm seconds as arrays in backward order (missing comm = 0)."""
+    bp = np.array([profile.bp.get(u, 0.0) for u in profile.units], dtype=float)
+    comm = np.array([profile.comm.get(u, 0.0) for u in profile.units], dtype=float)
+    return bp, comm
+
+
+def fifo_finish(ready: np.ndarray, comm: np.ndarray, idx: Iterable[int]) -> float:
+    """Time the FIFO link drains when the units ``idx`` launch at their ready times."""
+    t = 0.0
+    for i in sorted(idx):
+        t = max(t, ready[i]) + comm[i]
+    return t
+
+
+def exposed_wait(bp: np.ndarray, comm: np.ndarray, idx: Iterable[int]) -> float:
+    """Exposed wait of one iteration that syncs the units ``idx``."""
+    ready = np.cumsum(bp)
+    end = float(ready[-1]) if len(ready) else 0.0
+    return max(0.0, fifo_finish(ready, comm, idx) - end)
+
+
+def run_costs(bp: np.ndarray, comm: np.ndarray) -> np.ndarray:
+    """``C[s, e]`` = exposed wait of an iteration syncing the run s..e-1 (e > s)."""
+    L = len(bp)
+    ready = np.cumsum(bp)
+    end = float(ready[-1]) if L else 0.0
+    P = np.concatenate(([0.0], np.cumsum(comm)))
+    slack = ready - P[:-1]
+    C = np.zeros((L + 1, L + 1))
+    for s in range(L):
+        finish = P[s + 1 :] + np.maximum.accumulate(slack[s:])
+        C[s, s + 1 :] = np.maximum(0.0, finish - end)
+    return C
+
+
+def groups(profile: Profile, H: int, schedule: dict[str, list[int]]) -> list[list[int]]:
+    """Backward-order unit indices synced in each iteration 0..H-1 of a window."""
+    index = {u: i for i, u in enumerate(profile.units)}
+    out: list[list[int]] = [[] for _ in range(H)]
+    for unit, its in schedule.items():
+        if unit not in index:
+            raise ValueError(f"schedule names unit {unit!r} that the profile does not have")
+        for it in its:
+            if not 0 <= it < H:
+                raise ValueError(f"schedule: unit {unit!r} iteration {it} outside [0, {H})")
+            out[it].append(index[unit])
+    return [sorted(set(g)) for g in out]
+
+
+def window_waits(profile: Profile, H: int, schedule: dict[str, list[int]]) -> list[float]:
+    """Exposed wait of each iteration of one H-window under the cost model."""
+    bp, comm = arrays(profile)
+    return [exposed_wait(bp, comm, g) for g in groups(profile, H, schedule)]
+
+
+def total_wait(profile: Profile, H: int, schedule: dict[str, list[int]]) -> float:
+    """Total exposed wait per H-window: what DreamDDP's scheduler minimises."""
+    return float(sum(window_waits(profile, H, schedule)))
+
+
+def runs_to_schedule(units: list[str], cuts: list[int]) -> dict[str, list[int]]:
+    """Schedule from run boundaries: iteration g takes units cuts[g]..cuts[g+1]-1."""
+    out: dict[str, list[int]] = {}
+    for g in range(len(cuts) - 1):
+        for i in range(cuts[g], cuts[g + 1]):
+            out[units[i]] = [g]
+    return out

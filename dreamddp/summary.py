@@ -1,0 +1,76 @@
+"""End-of-run summary and the rank-0 progress bar."""
+
+from __future__ import annotations
+
+import statistics
+
+from tqdm import tqdm
+
+
+def warmup_cut(n: int) -> int:
+    """Iterations excluded from timing means: the first 10%, at least 1, at most 10."""
+    return min(10, max(1, n // 10)) if n > 1 else 0
+
+
+def summarise(record, cfg, world_size: int) -> dict:
+    rows = record.iterations
+    timed = rows[warmup_cut(len(rows)) :] or rows
+
+    def mean(key: str) -> float:
+        return statistics.fmean(r[key] for r in timed)
+
+    it_time = mean("time")
+    samples = cfg.train.batch_size * world_size
+    summary = {
+        "algorithm": cfg.algo.name,
+        "model": f"{cfg.model.name}/{cfg.model.size}",
+        "data": cfg.data.name,
+        "workers": world_size,
+        "iterations": len(rows),
+        "timed_iterations": len(timed),
+        "mean_iteration_time": it_time,
+        "mean_forward": mean("forward"),
+        "mean_backward": mean("backward"),
+        "mean_wait": mean("wait"),
+        "bytes_per_iteration": mean("bytes"),
+        "samples_per_second": samples / it_time if it_time > 0 else None,
+        "final_loss": rows[-1]["loss"],
+        "final_eval": record.evals[-1] if record.evals else None,
+        "wall_time": rows[-1]["time"] + sum(r["time"] for r in rows[:-1]),
+    }
+    summary["text"] = render(summary)
+    return summary
+
+
+def render(s: dict) -> str:
+    ev = s["final_eval"] or {}
+    evs = ", ".join(f"{k} {v:.4g}" for k, v in ev.items() if k != "iteration")
+    lines = [
+        f"dreamddp run: algo={s['algorithm']} model={s['model']} data={s['data']} workers={s['workers']}",
+        f"  iterations        {s['iterations']} ({s['timed_iterations']} timed)",
+        f"  iteration time    {s['mean_iteration_time'] * 1e3:9.2f} ms   (forward {s['mean_forward'] * 1e3:.2f}, "
+        f"backward {s['mean_backward'] * 1e3:.2f}, exposed wait {s['mean_wait'] * 1e3:.2f})",
+        f"  traffic           {s['bytes_per_iteration'] / 2**20:9.3f} MiB/iteration per worker (payload)",
+        f"  throughput        {s['samples_per_second'] or 0:9.1f} samples/s",
+        f"  final train loss  {s['final_loss']:9.4f}",
+        f"  final eval        {evs or 'n/a'}",
+    ]
+    return "\n".join(lines)
+
+
+class Progress:
+    def __init__(self, total: int, enabled: bool):
+        self.bar = tqdm(total=total, desc="train", dynamic_ncols=True, mininterval=1.0) if enabled else None
+
+    def update(self, row: dict) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{row['loss']:.3f}", ms=f"{row['time'] * 1e3:.0f}", wait=f"{row['wait'] * 1e3:.0f}", refresh=False)
+
+    def note(self, metrics: dict) -> None:
+        if self.bar is not None:
+            self.bar.write("eval: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

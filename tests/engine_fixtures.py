@@ -1,0 +1,30 @@
+"""Small models and configs shared by the engine and algorithm tests."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+
+def small_model(seed: int = 0) -> nn.Module:
+    """Four units of very different sizes (backward order: 4, 3, 2, 0)."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 32), nn.LayerNorm(32), nn.Linear(32, 4))
+
+
+def algo_cfg(name: str, **kw) -> SimpleNamespace:
+    base = dict(name=name, H=2, schedule=None, bucket_mb=25.0, profile_iterations=3)
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def batch(rank: int, t: int, n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 * rank + t)
+    return torch.randn(n, 8, generator=g), torch.randn(n, 4, generator=g)
+
+
+def loss_of(model: nn.Module, b) -> torch.Tensor:
+    x, y = b
+    return nn.functional.mse_loss(model(x), y)

@@ -1,0 +1,156 @@
+"""Multi-worker gloo tests of the engine's algorithms against torch's own code."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+from torch.distributed.optim import PostLocalSGDOptimizer
+
+from dist_util import run_workers
+from dreamddp.algorithms import build_algorithm
+from dreamddp.comm.communicator import Communicator
+from dreamddp.engine.engine import PartialSyncEngine
+from dreamddp.engine.units import enumerate_units
+from engine_fixtures import algo_cfg, batch, loss_of, small_model
+
+STEPS = 7
+
+
+def _train_engine(rank, name, opt_name="sgd", steps=STEPS, on_before_step=None, **kw):
+    model = small_model()
+    engine = PartialSyncEngine(model, enumerate_units(model), Communicator(), build_algorithm(algo_cfg(name, **kw)))
+    opt = _opt(opt_name, model)
+    for t in range(steps):
+        engine.begin_iteration(t)
+        loss_of(model, batch(rank, t)).backward()
+        engine.end_backward()
+        if on_before_step:
+            on_before_step(engine, t)
+        engine.step(opt, grad_clip=1.0 if opt_name == "adam" else 0.0)
+        engine.after_step()
+    engine.close()
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+
+
+def _opt(name, model):
+    if name == "adam":
+        return torch.optim.Adam(model.parameters(), lr=0.01)
+    return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def _ssgd_vs_ddp(rank, world, opt_name):
+    ours = _train_engine(rank, "ssgd", opt_name)
+    ref = torch.nn.parallel.DistributedDataParallel(small_model())
+    opt = _opt(opt_name, ref)
+    for t in range(STEPS):
+        opt.zero_grad()
+        loss_of(ref, batch(rank, t)).backward()
+        if opt_name == "adam":
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+        opt.step()
+    return ours, torch.nn.utils.parameters_to_vector(ref.parameters()).detach()
+
+
+@pytest.mark.parametrize("world, opt_name", [(2, "sgd"), (4, "adam")])
+def test_ssgd_equals_torch_ddp(world, opt_name):
+    for ours, ref in run_workers(_ssgd_vs_ddp, world, opt_name):
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def _flsgd_vs_torch(rank, world, H):
+    ours = _train_engine(rank, "flsgd", H=H)
+    ref_model = small_model()
+    opt = PostLocalSGDOptimizer(_opt("sgd", ref_model), PeriodicModelAverager(period=H, warmup_steps=H - 1))
+    averaged = small_model()
+    avg_opt = _opt("sgd", averaged)
+    averager = PeriodicModelAverager(period=H, warmup_steps=H - 1)
+    for t in range(STEPS):
+        for m, o in ((ref_model, opt), (averaged, avg_opt)):
+            o.zero_grad()
+            loss_of(m, batch(rank, t)).backward()
+            o.step()
+        averager.average_parameters(averaged.parameters())
+    vec = torch.nn.utils.parameters_to_vector
+    return ours, vec(ref_model.parameters()).detach(), vec(averaged.parameters()).detach()
+
+
+@pytest.mark.parametrize("world, H", [(2, 3), (4, 2)])
+def test_flsgd_equals_torch_model_averagers(world, H):
+    results = run_workers(_flsgd_vs_torch, world, H)
+    for ours, post_local, periodic in results:
+        torch.testing.assert_close(ours, post_local, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(ours, periodic, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(results[0][0], results[1][0])  # replicas differ between averages
+
+
+def _ascwfbp_vs_ssgd(rank, world):
+    return _train_engine(rank, "ascwfbp", bucket_mb=1048 / 2**20), _train_engine(rank, "ssgd")
+
+
+def test_ascwfbp_equals_ssgd():
+    for bucketed, plain in run_workers(_ascwfbp_vs_ssgd, 2):
+        torch.testing.assert_close(bucketed, plain, rtol=1e-5, atol=1e-6)
+
+
+def _partial_sync_consistency(rank, world, name, kw):
+    snapshots = []
+
+    def check(engine, t):
+        synced = sorted({u for op in engine.plan for u in op.units})
+        mine = torch.cat([engine.flat.param_slice(u, u) for u in synced]) if synced else torch.zeros(0)
+        gathered = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(gathered, mine)
+        snapshots.append((t, synced, all(torch.equal(g, mine) for g in gathered)))
+
+    final = _train_engine(rank, name, on_before_step=check, steps=6, **kw)
+    return snapshots, final
+
+
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("plsgd_enp", {"H": 3}),
+        ("dreamddp", {"H": 2, "sched": {"4": [0, 1], "3": [0], "2": [1], "0": [1]}}),
+    ],
+)
+def test_partial_sync_units_bitwise_equal_after_sync_and_each_once_per_window(name, kw):
+    if name == "dreamddp":
+        pytest.importorskip("dreamddp.algorithms.dreamddp")
+    results = run_workers(_partial_with_schedule, 2, name, kw)
+    snapshots, finals = zip(*results)
+    H = kw["H"]
+    for rank_snaps in snapshots:
+        per_window = {}
+        for t, synced, equal in rank_snaps:
+            assert equal, f"iteration {t}: synced units differ across replicas before the local step"
+            for u in synced:
+                per_window.setdefault(t // H, {}).setdefault(u, 0)
+                per_window[t // H][u] += 1
+        for counts in per_window.values():
+            assert sorted(counts) == [0, 1, 2, 3]  # every unit synced in every window
+            extra = {u: c for u, c in counts.items() if c != 1}
+            assert extra == ({0: 2} if name == "dreamddp" else {})
+    assert not torch.equal(finals[0], finals[1])  # the local step after the average: replicas differ
+
+
+def _partial_with_schedule(rank, world, name, kw):
+    kw = dict(kw)
+    sched = kw.pop("sched", None)
+    if sched is None:
+        return _partial_sync_consistency(rank, world, name, kw)
+    import dreamddp.algorithms as algos
+
+    real_build = algos.build_algorithm
+
+    def build_with_schedule(cfg):
+        algo = real_build(cfg)
+        algo.set_schedule(cfg.H, sched)
+        return algo
+
+    globals()["build_algorithm"] = build_with_schedule
+    try:
+        return _partial_sync_consistency(rank, world, name, kw)
+    finally:
+        globals()["build_algorithm"] = real_build

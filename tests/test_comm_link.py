@@ -1,0 +1,241 @@
+"""Pure tests of the link models and the in-process FakeCommunicator (no processes)."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from dreamddp.comm import (
+    EmulatedLink,
+    FakeCommunicator,
+    IdealLink,
+    build_link,
+    collective_time,
+    ring_factor,
+)
+
+# gbps = 8 makes the bandwidth term nbytes / 1e9 seconds before the ring factor.
+MB = 1_000_000
+
+
+@pytest.mark.parametrize(
+    "world,ar,other", [(1, 0.0, 0.0), (2, 1.0, 0.5), (4, 1.5, 0.75), (8, 1.75, 0.875)]
+)
+def test_ring_factor_and_time(world, ar, other):
+    assert ring_factor("all_reduce", world) == ar
+    assert ring_factor("reduce_scatter", world) == other
+    assert ring_factor("all_gather", world) == other
+    assert collective_time("all_reduce", MB, world, 8.0) == pytest.approx(ar * 1e-3, rel=1e-12)
+    assert collective_time("reduce_scatter", MB, world, 8.0) == pytest.approx(other * 1e-3, rel=1e-12)
+    assert collective_time("all_gather", MB, world, 8.0) == pytest.approx(other * 1e-3, rel=1e-12)
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_latency_terms_and_calibration(world):
+    lat = 1e-4
+    bw_ar = ring_factor("all_reduce", world) * 1e-3
+    bw_rs = ring_factor("reduce_scatter", world) * 1e-3
+    got = collective_time("all_reduce", MB, world, 8.0, latency_s=lat, calibration=1.25)
+    assert got == pytest.approx(1.25 * bw_ar + 2 * (world - 1) * lat, rel=1e-12)
+    got = collective_time("all_gather", MB, world, 8.0, latency_s=lat, calibration=1.25)
+    assert got == pytest.approx(1.25 * bw_rs + (world - 1) * lat, rel=1e-12)
+
+
+def test_world_one_is_free_even_with_latency():
+    assert collective_time("all_reduce", 10 * MB, 1, 0.001, latency_s=1.0) == 0.0
+
+
+def test_paper_style_numbers():
+    # 4 MB all-reduce on 2 workers at 0.1 Gbit/s: 32e6 bits / 1e8 bit/s.
+    assert collective_time("all_reduce", 4 * MB, 2, 0.1) == pytest.approx(0.32, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (("broadcast", MB, 2, 1.0), "collective kind"),
+        (("all_reduce", MB, 0, 1.0), "world"),
+        (("all_reduce", -1, 2, 1.0), "nbytes"),
+        (("all_reduce", MB, 2, 0.0), "bandwidth.gbps"),
+        (("all_reduce", MB, 2, 1.0, -1e-3), "bandwidth.latency_ms"),
+        (("all_reduce", MB, 2, 1.0, 0.0, 0.0), "bandwidth.calibration"),
+    ],
+)
+def test_collective_time_errors(args, field):
+    with pytest.raises(ValueError, match=field):
+        collective_time(*args)
+
+
+def test_emulated_link_is_fifo():
+    link = EmulatedLink(gbps=8.0)
+    assert link.reserve("all_reduce", MB, 2, now=10.0) == pytest.approx((10.0, 10.001))
+    # Launched while the first is on the wire: queues behind it.
+    assert link.reserve("all_gather", 2 * MB, 2, now=10.0005) == pytest.approx((10.001, 10.002))
+    assert link.free_at == pytest.approx(10.002)
+    # Launched after the wire went idle: starts at once.
+    assert link.reserve("all_reduce", MB, 2, now=20.0) == pytest.approx((20.0, 20.001))
+    link.reset()
+    assert link.reserve("all_reduce", MB, 2, now=5.0) == pytest.approx((5.0, 5.001))
+
+
+def test_emulated_link_latency_and_settable_gbps():
+    link = EmulatedLink(gbps=8.0, latency_ms=0.5)
+    assert link.reserve("all_reduce", MB, 4, now=0.0) == pytest.approx((0.0, 1.5e-3 + 6 * 5e-4))
+    link.reset()
+    link.gbps = 16.0
+    assert link.reserve("reduce_scatter", MB, 4, now=0.0) == pytest.approx((0.0, 0.375e-3 + 3 * 5e-4))
+    with pytest.raises(ValueError, match="bandwidth.gbps"):
+        link.gbps = 0.0
+    assert link.describe() == {
+        "backend": "emulated", "paced": True, "gbps": 16.0, "latency_ms": 0.5, "calibration": 1.0
+    }
+
+
+def test_emulated_link_is_thread_safe():
+    link = EmulatedLink(gbps=8.0)
+    spans = []
+    lock = threading.Lock()
+
+    def worker():
+        for _ in range(200):
+            s = link.reserve("all_reduce", MB, 2, now=0.0)
+            with lock:
+                spans.append(s)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    spans.sort()
+    assert len(spans) == 800
+    # Every reservation starts exactly where the previous one ended: no overlap, no gap.
+    for (s0, d0), (s1, _) in zip(spans, spans[1:]):
+        assert s1 == d0
+    assert spans[-1][1] == pytest.approx(800 * 1e-3)
+
+
+def test_ideal_link():
+    link = IdealLink()
+    assert link.reserve("all_reduce", 10 * MB, 8, now=3.5) == (3.5, 3.5)
+    assert link.reserve("all_reduce", 10 * MB, 8, now=3.5) == (3.5, 3.5)
+    assert link.describe() == {"backend": "ideal", "paced": False}
+
+
+def test_build_link():
+    assert isinstance(build_link("ideal", None), IdealLink)
+    emu = build_link("emulated", 1.0, latency_ms=2.0, calibration=1.1)
+    assert isinstance(emu, EmulatedLink)
+    assert (emu.gbps, emu.latency_ms, emu.calibration) == (1.0, 2.0, 1.1)
+    tc = build_link("tc", 0.5)
+    assert isinstance(tc, IdealLink)
+    assert tc.describe() == {"backend": "tc", "paced": False, "gbps": 0.5, "latency_ms": 0.0}
+
+
+@pytest.mark.parametrize(
+    "args,kwargs,msg",
+    [
+        (("emulated", None), {}, "bandwidth.gbps: must be > 0 for the emulated link"),
+        (("emulated", -1.0), {}, "bandwidth.gbps: must be > 0 for the emulated link"),
+        (("tc", None), {}, "bandwidth.gbps: must be > 0 for the tc link"),
+        (("emulated", 1.0), {"latency_ms": -1.0}, "bandwidth.latency_ms"),
+        (("emulated", 1.0), {"calibration": 0.0}, "bandwidth.calibration"),
+        (("nccl", 1.0), {}, "bandwidth.backend: unknown link 'nccl'"),
+    ],
+)
+def test_build_link_errors(args, kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        build_link(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- FakeCommunicator
+
+
+def per_rank(world):
+    """Rank r holds input + 10 * r (rank 0's input is the real one)."""
+    return lambda kind, tag, t: [t + 10.0 * r for r in range(world)]
+
+
+def test_fake_default_is_identity_and_records_calls():
+    comm = FakeCommunicator()
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    ptr = x.data_ptr()
+    h = comm.all_reduce_avg(x, tag="unit3")
+    x.add_(100.0)  # mutating in flight: the result comes from launch-time values
+    assert comm.pending() == 1 and h.done()
+    assert h.wait() >= 0.0
+    assert torch.equal(x, torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    call = comm.calls[0]
+    assert (call.kind, call.tag, call.nbytes, call.data_ptr) == ("all_reduce", "unit3", 16, ptr)
+    assert torch.equal(call.values, torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert comm.pending() == 0
+
+
+def test_fake_exact_average_and_result_only_at_wait():
+    comm = FakeCommunicator(world_size=4, peer_fn=per_rank(4))
+    x = torch.tensor([1.0, 2.0])
+    h = comm.all_reduce_avg(x)
+    assert torch.equal(x, torch.tensor([1.0, 2.0]))  # nothing lands before wait()
+    h.wait()
+    assert torch.equal(x, torch.tensor([16.0, 17.0]))  # mean of +0, +10, +20, +30
+
+
+def test_fake_reduce_scatter_and_all_gather():
+    comm = FakeCommunicator(world_size=2, rank=1, peer_fn=per_rank(2))
+    flat = torch.arange(6.0)
+    out = torch.empty(3)
+    comm.reduce_scatter_avg(flat, out, tag="rs").wait()
+    assert torch.equal(out, torch.tensor([8.0, 9.0, 10.0]))  # rank 1's chunk of arange + 5
+    full = torch.empty(6)
+    comm.all_gather(full, torch.tensor([1.0, 2.0, 3.0]), tag="ag").wait()
+    assert torch.equal(full, torch.tensor([1.0, 2.0, 3.0, 11.0, 12.0, 13.0]))
+    recs = comm.drain()
+    assert [(r.kind, r.tag, r.nbytes, r.wire_bytes) for r in recs] == [
+        ("reduce_scatter", "rs", 24, 12.0),
+        ("all_gather", "ag", 24, 12.0),
+    ]
+    assert all(r.complete is not None for r in recs)
+    assert comm.drain() == []
+
+
+def test_fake_control_messages():
+    comm = FakeCommunicator(world_size=3, peer_fn=lambda k, tag, t: [t, t * 3, t - 1])
+    x = torch.tensor([1.0, -2.0])
+    comm.broadcast(x, src=1)
+    assert torch.equal(x, torch.tensor([3.0, -6.0]))
+    comm.all_reduce_max(x)
+    assert torch.equal(x, torch.tensor([9.0, -6.0]))
+    assert [c.kind for c in comm.calls] == ["broadcast", "all_reduce_max"]
+    assert comm.drain() == []  # control traffic is not accounted
+
+
+def test_fake_errors():
+    comm = FakeCommunicator(world_size=2)
+    with pytest.raises(ValueError, match="flat: numel 5"):
+        comm.reduce_scatter_avg(torch.zeros(5), torch.zeros(2))
+    with pytest.raises(ValueError, match="floating-point"):
+        comm.all_reduce_avg(torch.zeros(4, dtype=torch.int64))
+    with pytest.raises(ValueError, match="out: numel 3"):
+        comm.all_gather(torch.zeros(3), torch.zeros(2))
+    bad = FakeCommunicator(world_size=2, peer_fn=lambda k, tag, t: [t])
+    with pytest.raises(ValueError, match="peer_fn: returned 1"):
+        bad.all_reduce_avg(torch.zeros(2))
+    with pytest.raises(ValueError, match="rank"):
+        FakeCommunicator(world_size=2, rank=2)
+
+
+def test_fake_paced_by_link_and_wait_is_idempotent():
+    comm = FakeCommunicator(world_size=2, link=EmulatedLink(gbps=0.08))
+    x = torch.zeros(MB // 4)  # 1 MB -> 0.1 s on 2 workers at 0.08 Gbit/s
+    t0 = time.perf_counter()
+    h1 = comm.all_reduce_avg(x, tag="a")
+    h2 = comm.all_reduce_avg(x, tag="b")  # queues behind the first on the wire
+    assert h2.record.start == max(h2.record.launch, h1.record.deadline)
+    assert h2.record.deadline - h2.record.start == pytest.approx(0.1)
+    h2.wait()
+    assert time.perf_counter() - t0 >= 0.2 - 1e-6
+    assert h1.done()
+    assert h2.wait() == 0.0 and h2.record.blocked > 0
+    h1.wait()
+    assert comm.pending() == 0

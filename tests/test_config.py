@@ -1,0 +1,236 @@
+"""Composition of every group option, the stable keys, precedence, and validation messages."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from dreamddp.config import ConfigError, conf_dir, schema, validate
+from dreamddp.config.resolvers import rank0_only, run_id
+
+CONF = Path(conf_dir())
+GROUPS = ("model", "data", "algo", "bandwidth", "cluster", "experiment")
+OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONF / g).glob("*.yaml"))]
+# Datasets that need the network the first time (this test machine is offline).
+NETWORK_DATA = {"cifar10", "cifar100", "wikitext2"}
+
+
+def _needs_network(cfg) -> bool:
+    from dreamddp.data import check_available
+
+    try:
+        check_available(cfg.data.name, cfg.data.root)
+    except ValueError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("group,option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_every_option_composes_and_validates(compose_cfg, group, option):
+    overrides = [f"{group}={option}"]
+    if group == "data" and option in ("cifar10", "cifar100", "fashion_mnist"):
+        overrides.append("model=resnet18")  # image data needs an image model
+    cfg = compose_cfg(overrides)
+    expected_name = {"experiment": cfg.experiment.name}.get(group, option)
+    name_key = {"bandwidth": None, "experiment": "experiment.name"}.get(group, f"{group}.name")
+    if name_key:
+        assert OmegaConf.select(cfg, name_key) == expected_name
+    if group == "data" and option in NETWORK_DATA and _needs_network(cfg):
+        with pytest.raises(ConfigError, match=f"data={option}"):
+            validate(cfg)
+    else:
+        validate(cfg)
+
+
+def test_groups_mirror_registries():
+    from dreamddp.algorithms import ALGORITHMS
+    from dreamddp.data import DATASETS
+    from dreamddp.models import MODELS
+
+    assert {p.stem for p in (CONF / "model").glob("*.yaml")} == set(MODELS)
+    assert {p.stem for p in (CONF / "data").glob("*.yaml")} == set(DATASETS)
+    assert {p.stem for p in (CONF / "algo").glob("*.yaml")} <= set(ALGORITHMS)
+
+
+STABLE_KEYS = {
+    "seed": int, "wandb.mode": str, "wandb.project": str, "wandb.entity": type(None),
+    "wandb.group": type(None), "wandb.tags": list,
+    "model.name": str, "model.size": str, "model.vocab_size": type(None),
+    "data.name": str, "data.root": str, "data.block_size": int, "data.eval_fraction": float,
+    "data.eval_batches": int, "data.synthetic_size": int,
+    "train.iterations": int, "train.batch_size": int, "train.lr": float, "train.optimizer": str,
+    "train.momentum": float, "train.weight_decay": float, "train.grad_clip": float,
+    "train.lr_schedule": str, "train.warmup_iterations": int, "train.eval_every": int,
+    "train.log_every": int, "train.divergence_every": int, "train.progress": bool,
+    "algo.name": str, "algo.H": int, "algo.schedule": type(None), "algo.bucket_mb": float,
+    "algo.profile_iterations": int,
+    "bandwidth.backend": str, "bandwidth.gbps": type(None), "bandwidth.latency_ms": float,
+    "bandwidth.comm_ratio": type(None), "bandwidth.calibration": float,
+    "cluster.name": str, "cluster.nproc": int, "cluster.nnodes": int, "cluster.device": str,
+    "cluster.dist_backend": str, "cluster.threads_per_worker": int, "cluster.master_port": int,
+    "experiment.name": str,
+}
+
+
+def test_stable_keys_and_defaults(compose_cfg):
+    cfg = compose_cfg()
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    for key, typ in STABLE_KEYS.items():
+        value = plain
+        for part in key.split("."):
+            value = value[part]
+        assert isinstance(value, list if typ is list else typ), key
+    assert (cfg.model.name, cfg.model.size, cfg.algo.name) == ("gpt2", "tiny", "ssgd")
+    assert (cfg.bandwidth.backend, cfg.cluster.name, cfg.cluster.nproc) == ("ideal", "local", 2)
+    assert cfg.data.name == "shakespeare" and Path(cfg.data.root).is_absolute()
+    assert cfg.wandb.mode == "offline"
+
+
+def test_every_schema_field_has_a_comment():
+    source = inspect.getsource(schema).splitlines()
+    tree = ast.parse(inspect.getsource(schema))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name != "Config":
+            for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign):
+                    above = source[stmt.lineno - 2].strip()
+                    assert above.startswith("#"), f"{node.name}.{stmt.target.id} has no comment"
+
+
+@pytest.mark.parametrize("model,data,optimizer,lr,clip", [
+    ("resnet18", "fashion_mnist", "sgd", 0.1, 0.0),
+    ("resnet50", "fashion_mnist", "sgd", 0.1, 0.0),
+    ("gpt2", "shakespeare", "adam", 1e-3, 1.0),
+    ("llama2", "shakespeare", "adam", 1e-3, 1.0),
+])
+def test_model_yaml_sets_paper_defaults(compose_cfg, model, data, optimizer, lr, clip):
+    from dreamddp.models import MODELS
+
+    cfg = compose_cfg([f"model={model}"])
+    assert cfg.data.name == data == MODELS[model].default_data
+    assert (cfg.train.optimizer, cfg.train.lr, cfg.train.grad_clip) == (optimizer, lr, clip)
+    if optimizer == "sgd":
+        assert (cfg.train.momentum, cfg.train.weight_decay) == (0.9, 1e-4)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model=resnet18", "data=synthetic"], ["data=synthetic", "model=resnet18"],
+])
+def test_explicit_data_wins_over_model_default(compose_cfg, overrides):
+    assert compose_cfg(overrides).data.name == "synthetic"
+
+
+def test_model_default_data_follows_model(compose_cfg):
+    assert compose_cfg(["model=resnet50"]).data.name == "fashion_mnist"
+    assert compose_cfg(["model=llama2"]).data.name == "shakespeare"
+
+
+def test_cli_overrides_beat_model_train_defaults(compose_cfg):
+    cfg = compose_cfg(["model=resnet18", "train.lr=0.05", "train.optimizer=adamw"])
+    assert (cfg.train.lr, cfg.train.optimizer) == (0.05, "adamw")
+
+
+def test_bandwidth_presets(compose_cfg):
+    assert compose_cfg(["bandwidth=1gbit"]).bandwidth.gbps == 1.0
+    r7 = compose_cfg(["bandwidth=ratio7"]).bandwidth
+    assert (r7.backend, r7.gbps, r7.comm_ratio) == ("emulated", None, 7.0)
+
+
+def test_schema_refuses_unknown_keys_and_types(compose_cfg):
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException):
+        compose_cfg(["train.itrations=5"])
+    with pytest.raises(ConfigCompositionException):
+        compose_cfg(["train.iterations=abc"])
+
+
+BAD = [
+    (["cluster.nproc=0"], "cluster.nproc=0: must be >= 1"),
+    (["cluster.threads_per_worker=0"], "cluster.threads_per_worker=0: must be >= 1"),
+    (["cluster.master_port=70000"], "cluster.master_port=70000"),
+    (["cluster.device=tpu"], "cluster.device=tpu: unknown value"),
+    (["model.size=huge"], "model.size=huge: unknown size; choose from tiny, paper"),
+    (["model.name=vgg"], "model.name=vgg: unknown model"),
+    (["algo.name=nope"], "algo.name=nope: unknown algorithm"),
+    (["algo.H=0"], "algo.H=0: must be >= 1"),
+    (["algo.bucket_mb=0"], "algo.bucket_mb=0.0: must be > 0"),
+    (["algo=dreamddp", "algo.schedule=/x.json"], "algo.schedule=/x.json: file not found"),
+    (["train.iterations=0"], "train.iterations=0: must be >= 1"),
+    (["train.batch_size=0"], "train.batch_size=0: must be >= 1"),
+    (["train.lr=0"], "train.lr=0.0: must be > 0"),
+    (["train.optimizer=lion"], "train.optimizer=lion: unknown value"),
+    (["train.lr_schedule=linear"], "train.lr_schedule=linear: unknown value"),
+    (["train.momentum=1.5"], "train.momentum=1.5"),
+    (["train.warmup_iterations=500", "train.iterations=10"], "train.warmup_iterations=500"),
+    (["bandwidth.backend=emulated"], "bandwidth.gbps: required for backend emulated (or set bandwidth.comm_ratio)"),
+    (["bandwidth=1gbit", "bandwidth.comm_ratio=7"], "not both"),
+    (["bandwidth=1gbit", "bandwidth.gbps=-1"], "bandwidth.gbps=-1.0: must be > 0"),
+    (["bandwidth.backend=wifi"], "bandwidth.backend=wifi: unknown value"),
+    (["data.eval_fraction=1.0"], "data.eval_fraction=1.0"),
+    (["data.block_size=4096"], "data.block_size=4096: exceeds"),
+    (["model=resnet18", "data=shakespeare"], "data=shakespeare does not fit model=resnet18 (lm data, image model)"),
+    (["model=gpt2", "data=fashion_mnist"], "data=fashion_mnist does not fit model=gpt2 (image data, lm model)"),
+    (["model=resnet18", "model.vocab_size=100"], "model.vocab_size=100: only language models"),
+    (["wandb.mode=cloud"], "wandb.mode=cloud: unknown value"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_validation_messages(compose_cfg, overrides, message):
+    cfg = compose_cfg(overrides)
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    text = str(info.value)
+    assert message in text and "\n" not in text
+
+
+def test_missing_value_is_named(compose_cfg):
+    cfg = compose_cfg()
+    cfg.train.lr = "???"  # what a config without a model yaml would leave
+    with pytest.raises(ConfigError, match=r"^train.lr: no value set"):
+        validate(cfg)
+
+
+def test_cuda_without_cuda_is_refused(compose_cfg):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    with pytest.raises(ConfigError, match="cluster.device=cuda: CUDA is not available"):
+        validate(compose_cfg(["cluster.device=cuda"]))
+
+
+def test_offline_data_is_refused_with_alternative(compose_cfg):
+    cfg = compose_cfg(["model=resnet18", "data=cifar10"])
+    if not _needs_network(cfg):
+        pytest.skip("CIFAR-10 is cached on this host")
+    with pytest.raises(ConfigError, match=r"data=cifar10: .*offline.*use data=fashion_mnist"):
+        validate(cfg)
+
+
+def test_run_dir_default_names_algo_and_model(compose_cfg):
+    cfg = compose_cfg(["algo=flsgd", "model=resnet18"], hydra=True)
+    assert cfg.hydra.run.dir.startswith("outputs/") and cfg.hydra.run.dir.endswith("_flsgd_resnet18")
+
+
+def test_run_id_comes_from_the_launcher():
+    assert run_id({"TORCHELASTIC_RUN_ID": "abc"}) == "torchrun/abc"
+    assert run_id({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0"}) == "slurm/42.0"
+    # torchrun without an id: the agent's (parent's) start time, the same for all local ranks
+    assert run_id({"TORCHELASTIC_RUN_ID": "none"}) == run_id({"TORCHELASTIC_RUN_ID": "none"})
+
+
+def test_rank0_only(monkeypatch):
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    assert rank0_only(".hydra") == ".hydra"
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert rank0_only(".hydra") is None
+    assert rank0_only("a.log", "/dev/null") == "/dev/null"

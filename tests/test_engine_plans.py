@@ -1,0 +1,164 @@
+"""Exact plans of every algorithm on the engine, against a fake communicator."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from dreamddp.algorithms import build_algorithm
+from dreamddp.algorithms.ascwfbp import buckets
+from dreamddp.algorithms.partial import equal_count_groups
+from dreamddp.algorithms.schedule_file import ScheduleError, read_schedule
+from dreamddp.comm.fake import FakeCommunicator
+from dreamddp.engine.engine import PartialSyncEngine
+from dreamddp.engine.units import enumerate_units
+from engine_fixtures import algo_cfg, batch, loss_of, small_model
+
+UNIT_NAMES = ["4", "3", "2", "0"]  # backward order of small_model()
+
+
+def peer_zeros(kind, tag, t):
+    """The other rank holds zeros: the average is exactly half the local values."""
+    return [t, torch.zeros_like(t)]
+
+
+def make(name: str, peer_fn=None, **kw):
+    model = small_model()
+    units = enumerate_units(model)
+    comm = FakeCommunicator(world_size=2, peer_fn=peer_fn)
+    algo = build_algorithm(algo_cfg(name, **kw))
+    if name == "dreamddp":
+        algo.set_schedule(kw.get("H", 2), kw["sched"])
+    engine = PartialSyncEngine(model, units, comm, algo)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    return model, engine, comm, opt
+
+
+def run_iteration(model, engine, opt, t: int, before_step=None):
+    engine.begin_iteration(t)
+    loss_of(model, batch(0, t)).backward()
+    engine.end_backward()
+    if before_step:
+        before_step()
+    engine.step(opt)
+    return engine.after_step()
+
+
+def test_units_backward_order():
+    assert [u.name for u in enumerate_units(small_model())] == UNIT_NAMES
+
+
+def test_ssgd_one_gradient_allreduce_after_backward_exact_values():
+    model, engine, comm, opt = make("ssgd", peer_fn=peer_zeros)
+    seen = {}
+
+    def capture():
+        seen["grads"] = engine.flat.grads.clone()
+
+    stats = run_iteration(model, engine, opt, 0, capture)
+    assert [(c.kind, c.tag) for c in comm.calls] == [("all_reduce", "grad:0-3")]
+    assert comm.calls[0].data_ptr == engine.flat.grads.data_ptr()
+    assert torch.equal(seen["grads"], comm.calls[0].values / 2)  # mean of g and 0, exact
+    assert stats.collectives == 1 and stats.bytes == engine.flat.grads.numel() * 4
+    assert stats.events == [] and not stats.sampled
+
+
+def test_ascwfbp_buckets_launch_during_backward():
+    model, engine, comm, opt = make("ascwfbp", bucket_mb=1048 / 2**20)
+    assert buckets([u.nbytes for u in engine.units], 1048) == [(0, 1), (2, 2), (3, 3)]
+    stats = run_iteration(model, engine, opt, 0)
+    assert [c.tag for c in comm.calls] == ["grad:0-1", "grad:2", "grad:0"]  # single units by name
+    assert [c.data_ptr for c in comm.calls] == [
+        engine.flat.grad_slice(a, b).data_ptr() for a, b in [(0, 1), (2, 2), (3, 3)]
+    ]
+    assert stats.collectives == 3
+
+
+def test_flsgd_averages_all_parameters_after_every_Hth_step():
+    model, engine, comm, opt = make("flsgd", H=3)
+    for t in range(6):
+        n_before = len(comm.calls)
+        run_iteration(model, engine, opt, t)
+        synced = [c.tag for c in comm.calls[n_before:]]
+        assert synced == (["param:0-3"] if t in (2, 5) else [])
+    assert comm.calls[0].data_ptr == engine.flat.params.data_ptr()
+
+
+def test_plsgd_enp_groups_and_exact_in_place_average_before_step():
+    model, engine, comm, opt = make("plsgd_enp", peer_fn=peer_zeros, H=2)
+    assert equal_count_groups(4, 2) == [[0, 1], [2, 3]]
+    assert equal_count_groups(5, 2) == [[0, 1, 2], [3, 4]]
+    for t in range(4):
+        before = engine.flat.params.clone()
+        n_before = len(comm.calls)
+        captured = {}
+        run_iteration(model, engine, opt, t, lambda: captured.setdefault("p", engine.flat.params.clone()))
+        calls = comm.calls[n_before:]
+        group = [0, 1] if t % 2 == 0 else [2, 3]
+        assert [c.tag for c in calls] == [f"param:{UNIT_NAMES[u]}" for u in group]
+        for c, u in zip(calls, group):
+            assert c.data_ptr == engine.flat.param_slice(u, u).data_ptr()
+        a, b = engine.flat.span(group[0], group[-1])
+        assert torch.equal(captured["p"][a:b], before[a:b] / 2)  # averaged in place before the local step
+        rest = torch.ones_like(before, dtype=torch.bool)
+        rest[a:b] = False
+        assert torch.equal(captured["p"][rest], before[rest])
+
+
+def test_partial_sync_launches_from_gradient_hooks_during_backward():
+    model, engine, comm, opt = make("plsgd_enp", H=2)
+    engine.begin_iteration(0)
+    loss_of(model, batch(0, 0)).backward()
+    assert len(comm.calls) == 2  # launched inside backward, before end_backward
+    engine.end_backward()
+    engine.step(opt)
+    engine.after_step()
+
+
+def test_dreamddp_schedule_with_extra_syncs():
+    sched = {"4": [0, 1], "3": [0], "2": [1], "0": [1], "1": [0]}  # "1" is Tanh: parameter-free, ignored
+    model, engine, comm, opt = make("dreamddp", H=2, sched=sched)
+    assert engine.algorithm.groups == [[0, 1], [0, 2, 3]]
+    run_iteration(model, engine, opt, 0)
+    run_iteration(model, engine, opt, 1)
+    assert [c.tag for c in comm.calls] == ["param:4", "param:3", "param:4", "param:2", "param:0"]
+
+
+@pytest.mark.parametrize(
+    "sched, message",
+    [
+        ({"4": 0, "3": 0, "2": 1, "0": 1, "nope": 0}, "unknown unit 'nope'"),
+        ({"4": 0, "3": 0, "2": 1}, "unit '0' missing"),
+        ({"4": 0, "3": 0, "2": 1, "0": 2}, "iteration 2, outside [0, 2)"),
+    ],
+)
+def test_dreamddp_schedule_validation(sched, message):
+    sched = {k: [v] if isinstance(v, int) else v for k, v in sched.items()}
+    with pytest.raises(ScheduleError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        make("dreamddp", H=2, sched=sched)
+
+
+def test_read_schedule_file(tmp_path):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"H": 2, "schedule": {"4": 0, "3": [0, 1]}}))
+    assert read_schedule(str(p)) == (2, {"4": [0], "3": [0, 1]})
+    with pytest.raises(ScheduleError, match="file not found"):
+        read_schedule(str(tmp_path / "missing.json"))
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ScheduleError, match="not a schedule file"):
+        read_schedule(str(tmp_path / "bad.json"))
+
+
+def test_no_algorithm_copies_the_model():
+    """Every collective runs on a slice of the engine's flat buffers (no model copy)."""
+    for name, kw in [("ssgd", {}), ("ascwfbp", {"bucket_mb": 0.001}), ("flsgd", {"H": 1}), ("plsgd_enp", {"H": 2})]:
+        model, engine, comm, opt = make(name, **kw)
+        for t in range(2):
+            run_iteration(model, engine, opt, t)
+        bufs = [(engine.flat.params.data_ptr(), engine.flat.params.numel() * 4), (engine.flat.grads.data_ptr(), engine.flat.grads.numel() * 4)]
+        for c in comm.calls:
+            assert any(base <= c.data_ptr and c.data_ptr + c.nbytes <= base + n for base, n in bufs), (name, c.tag)
+        assert engine.flat.grads_attached()
+        assert all(p.data_ptr() >= engine.flat.params.data_ptr() for p in model.parameters())

@@ -1,0 +1,98 @@
+"""Run record: complete JSON after every write, no temp leftovers, status transitions."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from dreamddp.record import RECORD_NAME, RunRecord, load_record, mark_failed, write_json_atomic
+
+
+@pytest.fixture
+def cfg():
+    return OmegaConf.create({"algo": {"name": "ssgd"}, "train": {"iterations": 3}, "ref": "${algo.name}"})
+
+
+def _only_record(run_dir: Path) -> dict:
+    assert [p.name for p in run_dir.iterdir()] == [RECORD_NAME], "temporary files left behind"
+    return json.loads((run_dir / RECORD_NAME).read_text())
+
+
+def test_lifecycle_and_content(tmp_path, cfg):
+    rec = RunRecord(str(tmp_path), cfg, flush_seconds=1e9, flush_iterations=2)
+    data = _only_record(tmp_path)
+    assert data["status"] == "running" and data["end_time"] is None
+    assert data["config"]["ref"] == "ssgd"  # resolved
+    assert set(data["versions"]) >= {"python", "torch", "transformers", "hydra-core"}
+    assert data["hardware"]["cores"] == os.cpu_count()
+    assert "git_sha" in data
+
+    rec.add_iteration({"iteration": 0, "time": 0.1, "loss": 2.0})
+    assert _only_record(tmp_path)["iterations"] == []  # not yet due
+    rec.add_iteration({"iteration": 1, "time": 0.1, "loss": 1.5, "custom": 7})
+    assert [r["iteration"] for r in _only_record(tmp_path)["iterations"]] == [0, 1]  # every 2
+
+    rec.add_eval({"iteration": 1, "loss": 1.4})
+    rec.add_divergence({"iteration": 1, "mean": 0.01})
+    rec.set("link", {"backend": "ideal"})
+    rec.finish({"mean_iteration_time": 0.1})
+    data = _only_record(tmp_path)
+    assert data["status"] == "completed" and data["error"] is None
+    assert data["end_time"] >= data["start_time"]
+    assert data["iterations"][1]["custom"] == 7
+    assert data["evals"] == [{"iteration": 1, "loss": 1.4}]
+    assert data["divergence"] == [{"iteration": 1, "mean": 0.01}]
+    assert data["extra"]["link"] == {"backend": "ideal"}
+    assert data["summary"] == {"mean_iteration_time": 0.1}
+    assert load_record(tmp_path) == load_record(tmp_path / RECORD_NAME) == data
+
+
+def test_time_based_flush(tmp_path, cfg):
+    rec = RunRecord(str(tmp_path), cfg, flush_seconds=0.0, flush_iterations=10**6)
+    rec.add_iteration({"iteration": 0})
+    assert len(_only_record(tmp_path)["iterations"]) == 1
+
+
+def test_fail(tmp_path, cfg):
+    rec = RunRecord(str(tmp_path), cfg)
+    rec.fail("RuntimeError: boom")
+    data = _only_record(tmp_path)
+    assert (data["status"], data["error"]) == ("failed", "RuntimeError: boom")
+    assert rec.status == "failed"
+
+
+def test_iteration_needs_index(tmp_path, cfg):
+    with pytest.raises(ValueError, match="iteration"):
+        RunRecord(str(tmp_path), cfg).add_iteration({"loss": 1.0})
+
+
+def test_failed_write_keeps_old_record_and_no_tmp(tmp_path):
+    path = tmp_path / RECORD_NAME
+    write_json_atomic(path, {"status": "running"})
+    with pytest.raises(TypeError):
+        # default=str makes most objects serialisable; a non-str key is not
+        write_json_atomic(path, {("tuple", "key"): 1})
+    assert json.loads(path.read_text()) == {"status": "running"}
+    assert [p.name for p in tmp_path.iterdir()] == [RECORD_NAME]
+
+
+def test_mark_failed(tmp_path, cfg):
+    # missing record: created as failed, with the config
+    assert mark_failed(str(tmp_path / "a"), cfg, "workers died")
+    data = load_record(tmp_path / "a")
+    assert (data["status"], data["error"], data["config"]["algo"]["name"]) == ("failed", "workers died", "ssgd")
+    # running record: closed as failed, its series kept
+    rec = RunRecord(str(tmp_path / "b"), cfg)
+    rec.add_iteration({"iteration": 0})
+    rec.flush()
+    assert mark_failed(str(tmp_path / "b"), cfg, "killed")
+    data = load_record(tmp_path / "b")
+    assert data["status"] == "failed" and len(data["iterations"]) == 1
+    # completed record: left alone
+    RunRecord(str(tmp_path / "c"), cfg).finish({})
+    assert not mark_failed(str(tmp_path / "c"), cfg, "late")
+    assert load_record(tmp_path / "c")["status"] == "completed"

@@ -1,0 +1,112 @@
+"""Simulator of our engine: exact values on a hand-made 3-unit profile.
+
+Forward order a, b, c (so backward c, b, a).  Forward 0.5 s, step 0.25 s.
+Backward c=1, b=2, a=3: gradients ready at 1.5, 3.5, 6.5 (after forward);
+backward ends at 6.5.  Measured all-reduce c=4, b=1, a=2 (sum 7).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dreamddp.schedule.plans import PLANS
+from dreamddp.schedule.profile import Profile
+from dreamddp.schedule.simulator import simulate
+
+UNITS = ["c", "b", "a"]  # backward order
+
+
+def tiny(nbytes=None) -> Profile:
+    return Profile(
+        units=list(UNITS),
+        bp={"c": 1.0, "b": 2.0, "a": 3.0},
+        comm={"c": 4.0, "b": 1.0, "a": 2.0},
+        fwd={"a": 0.2, "b": 0.2, "c": 0.1},
+        nbytes=nbytes or {},
+        step_time=0.25,
+    )
+
+
+def run(algo, profile, **kw):
+    r = simulate(algo, profile, H=2, **kw)
+    return r.mean_iter, r.mean_wait, r.per_iter
+
+
+def test_registry_has_the_five_algorithms():
+    assert {"ssgd", "ascwfbp", "flsgd", "plsgd_enp", "dreamddp"} <= set(PLANS)
+
+
+def test_ssgd():
+    # 0.5 + 6 + 7 (blocking all-reduce) + 0.25
+    assert run("ssgd", tiny()) == (13.75, 7.0, [(13.75, 7.0)] * 2)
+
+
+def test_ascwfbp_per_unit_without_bytes():
+    # c 1.5->5.5, b queued 5.5->6.5, a 6.5->8.5: wait 2 after backward ends at 6.5
+    assert run("ascwfbp", tiny())[:2] == (8.75, 2.0)
+
+
+def test_ascwfbp_buckets_by_bytes():
+    # bucket [c, b] closes at 500 >= 450 bytes, launched at b's gradient (3.5),
+    # 5 s -> 8.5; bucket [a] 8.5 -> 10.5: wait 4
+    p = tiny({"c": 400, "b": 100, "a": 200})
+    assert run("ascwfbp", p, bucket_bytes=450)[:2] == (10.75, 4.0)
+
+
+def test_flsgd():
+    # iteration 0: 6.75; iteration 1 ((t+1) % 2 == 0) adds the 7 s average after the step
+    assert run("flsgd", tiny()) == (10.25, 3.5, [(6.75, 0.0), (13.75, 7.0)])
+    r = simulate("flsgd", tiny(), H=2, iterations=5)
+    assert r.per_iter == [(6.75, 0.0), (13.75, 7.0)] * 2 + [(6.75, 0.0)]
+    assert r.mean_iter == pytest.approx((3 * 6.75 + 2 * 13.75) / 5)
+
+
+def test_plsgd_enp():
+    # ceil(3/2) = 2: iteration 0 syncs c, b (c 1.5->5.5, b 5.5->6.5: hidden); iteration 1 syncs a: 6.5->8.5
+    assert run("plsgd_enp", tiny()) == (7.75, 1.0, [(6.75, 0.0), (8.75, 2.0)])
+
+
+def test_dreamddp_given_schedule_with_a_repeated_unit():
+    # iteration 0: c 1.5->5.5, b (bubble) 5.5->6.5; iteration 1: b 3.5->4.5, a 6.5->8.5
+    sched = {"c": [0], "b": [0, 1], "a": [1]}
+    assert run("dreamddp", tiny(), schedule=sched) == (7.75, 1.0, [(6.75, 0.0), (8.75, 2.0)])
+
+
+def test_dreamddp_default_schedule_is_the_dfs():
+    assert run("dreamddp", tiny())[:2] == (7.75, 1.0)
+
+
+def test_modelled_link():
+    # world 2: ring factor 1, so at 8e-9 Gbit/s one byte takes one second; latency
+    # 0.5 s per hop, 2(n-1) = 2 hops: every all-reduce pays +1 s.
+    p = tiny({"c": 4, "b": 1, "a": 2})
+    link = dict(world=2, gbps=8e-9, latency_s=0.5)
+    assert run("ssgd", p, **link)[:2] == (14.75, 8.0)  # one fused 7-byte all-reduce: 8 s
+    # per unit c=5, b=2, a=3: iteration 0 c 1.5->6.5 (hidden); iteration 1 b 3.5->5.5, a 6.5->9.5
+    assert run("dreamddp", p, schedule={"c": [0], "b": [1], "a": [1]}, **link) == (8.25, 1.5, [(6.75, 0.0), (9.75, 3.0)])
+    # buckets [c, b] (5 bytes -> 6 s) 3.5->9.5, [a] (3 s) 9.5->12.5
+    assert run("ascwfbp", p, bucket_bytes=5, **link)[:2] == (12.75, 6.0)
+    assert run("flsgd", p, **link)[:2] == (10.75, 4.0)
+    assert run("ssgd", p, world=1, gbps=1.0)[:2] == (6.75, 0.0)  # nobody to talk to
+
+
+def test_calibration_scales_bandwidth_term_only():
+    p = tiny({"c": 4, "b": 1, "a": 2})
+    assert run("ssgd", p, world=2, gbps=8e-9, latency_s=0.5, calibration=2.0)[:2] == (21.75, 15.0)
+
+
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        (dict(algo="nope"), "unknown"),
+        (dict(H=0), "H must be"),
+        (dict(gbps=1.0), "no nbytes"),
+        (dict(iterations=0), "iterations"),
+        (dict(schedule={"zz": [0]}), "does not have"),
+        (dict(schedule={"c": [5]}), "outside"),
+    ],
+)
+def test_bad_input(kw, msg):
+    algo = kw.pop("algo", "dreamddp")
+    with pytest.raises(ValueError, match=msg):
+        simulate(algo, tiny(), **{"H": 2, **kw})
