@@ -13,7 +13,7 @@ def warmup_cut(n: int) -> int:
 
 
 def summarise(record, cfg, world_size: int) -> dict:
-    rows = record.iterations
+    rows = record.data["iterations"]
     timed = rows[warmup_cut(len(rows)) :] or rows
 
     def mean(key: str) -> float:
@@ -35,7 +35,7 @@ def summarise(record, cfg, world_size: int) -> dict:
         "bytes_per_iteration": mean("bytes"),
         "samples_per_second": samples / it_time if it_time > 0 else None,
         "final_loss": rows[-1]["loss"],
-        "final_eval": record.evals[-1] if record.evals else None,
+        "final_eval": record.data["evals"][-1] if record.data["evals"] else None,
         "wall_time": rows[-1]["time"] + sum(r["time"] for r in rows[:-1]),
     }
     summary["text"] = render(summary)

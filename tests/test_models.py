@@ -95,7 +95,7 @@ def test_overrides_and_defaults():
     gpt2 = tiny("gpt2", vocab_size=300, block_size=128)
     assert gpt2.transformer.wte.num_embeddings == 300 and gpt2.lm_head.out_features == 300
     assert gpt2.config.n_positions == 128
-    assert tiny("llama2").lm_head.out_features == 32000
+    assert tiny("llama2").lm_head.out_features == 8192  # tiny: frequency-truncated vocabulary
     assert tiny("llama2", vocab_size=500).model.embed_tokens.num_embeddings == 500
 
 

@@ -22,6 +22,7 @@ from dreamddp.netshape import (
     check_tc_available,
     cleanup_stale,
     launch_shaped,
+    userns_argv,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,8 @@ def _tc_skip_reason() -> str | None:
     return None
 
 
-needs_tc = pytest.mark.skipif(_tc_skip_reason() is not None, reason=str(_tc_skip_reason()))
+_SKIP = _tc_skip_reason()
+needs_tc = pytest.mark.skipif(_SKIP is not None, reason=str(_SKIP))
 
 
 def _ours(prefix: str) -> list[str]:
@@ -142,7 +144,7 @@ def test_owner_killed_by_signal_leaves_nothing(sig):
         assert _wait_gone(prefix) == []
     else:  # the handlers cleaned up before the process died, then re-raised
         assert _ours(prefix) == []
-        assert rc == (1 if sig == signal.SIGINT else -signal.SIGTERM)  # KeyboardInterrupt / default action
+        assert rc == -sig  # died of the signal, as without our handlers (Python re-kills on KeyboardInterrupt)
 
 
 @needs_tc
@@ -200,6 +202,23 @@ def test_worker_sigkill_stops_the_others_and_tears_down():
     assert result["rc"] == 128 + signal.SIGKILL and _ours("ddptkill") == []
 
 
+@needs_tc
+def test_signal_to_the_launcher_stops_workers_and_returns_128_plus_signum():
+    code = textwrap.dedent("""
+        import os
+        from dreamddp.netshape import ShapedNetwork, launch_shaped
+        with ShapedNetwork(2, 1.0, prefix="ddptlsig") as net:
+            print("ready", flush=True)
+            raise SystemExit(launch_shaped(net, lambda r: ["sleep", "60"], dict(os.environ), 29515))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)  # let the workers start
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert _ours("ddptlsig") == []
+
+
 # --- shaped collectives ----------------------------------------------------------
 def _linkcheck(tmp_path, *args) -> list[dict]:
     out = tmp_path / "rows.json"
@@ -224,3 +243,18 @@ def test_one_slow_worker_bounds_the_all_reduce(tmp_path):
     slow = collective_time("all_reduce", 8_000_000, 3, 0.25)
     fast = collective_time("all_reduce", 8_000_000, 3, 1.0)
     assert row["mean_s"] == pytest.approx(slow, rel=0.15) and row["mean_s"] > 3 * fast
+
+
+@needs_tc
+def test_works_as_root_of_a_user_namespace():
+    # The route for non-root users: the launcher re-runs itself via userns_argv.
+    code = textwrap.dedent("""
+        import os
+        from dreamddp.netshape import ShapedNetwork, launch_shaped
+        with ShapedNetwork(2, 1.0, prefix="ddptuserns") as net:
+            probe = "ip -4 -o addr show shaped0 | grep -q 10.77.0.$((RANK + 1))"
+            raise SystemExit(launch_shaped(net, lambda r: ["sh", "-c", probe], dict(os.environ), 29514))
+    """)
+    proc = subprocess.run(userns_argv([sys.executable, "-c", code]), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _ours("ddptuserns") == []  # its names lived on a private tmpfs, never on the host

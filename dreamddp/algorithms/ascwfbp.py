@@ -1,8 +1,7 @@
 """ASC-WFBP: wait-free backpropagation with merged gradient buckets.
 
-Consecutive units in backward order are merged into buckets of at most
-``algo.bucket_mb`` megabytes (a unit larger than that is a bucket of its own),
-as DDP does; each bucket's all-reduce launches the moment its last gradient is
+Consecutive units in backward order are merged into buckets that close once
+they hold at least ``algo.bucket_mb`` megabytes, as DDP assigns its buckets; each bucket's all-reduce launches the moment its last gradient is
 ready and overlaps the rest of backward; all finish before the optimizer step.
 
 Numerics: S-SGD (the same averaged gradient), up to floating-point summation
@@ -16,15 +15,16 @@ from dreamddp.engine.plan import Payload, SyncOp, When
 
 
 def buckets(sizes: list[int], cap: int) -> list[tuple[int, int]]:
-    """Greedy contiguous buckets over ``sizes`` (bytes, backward order) of at most ``cap``."""
+    """Contiguous buckets over ``sizes`` (bytes, backward order), each closed once it reaches ``cap``."""
     out: list[tuple[int, int]] = []
     first, acc = 0, 0
     for i, s in enumerate(sizes):
-        if acc and acc + s > cap:
-            out.append((first, i - 1))
-            first, acc = i, 0
         acc += s
-    out.append((first, len(sizes) - 1))
+        if acc >= cap:
+            out.append((first, i))
+            first, acc = i + 1, 0
+    if first < len(sizes):
+        out.append((first, len(sizes) - 1))
     return out
 
 

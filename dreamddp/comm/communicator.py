@@ -74,9 +74,10 @@ class Handle:
         self._finished = False
 
     def done(self) -> bool:
+        work = self._work  # local: a concurrent wait() may clear the attribute
         if self._finished:
             return True
-        if self._work is not None and not self._work.is_completed():
+        if work is not None and not work.is_completed():
             return False
         return time.perf_counter() >= self.record.deadline
 
@@ -152,6 +153,17 @@ class Communicator:
         with self._lock:
             self._pending -= 1
 
+    def _issue(self, record: CollectiveRecord, start_op: Callable[[], object], post) -> Handle:
+        # A launch that torch rejects must not linger as pending or accounted.
+        try:
+            work = start_op()
+        except BaseException:
+            with self._lock:
+                self._records.remove(record)
+                self._pending -= 1
+            raise
+        return Handle(record, work, post, self._completed)
+
     def drain(self) -> list[CollectiveRecord]:
         with self._lock:
             records, self._records = self._records, []
@@ -176,8 +188,11 @@ class Communicator:
         record = self._launch("all_reduce", tag, flat.numel() * flat.element_size())
         native = self._native_avg(flat)
         op = dist.ReduceOp.AVG if native else dist.ReduceOp.SUM
-        work = dist.all_reduce(flat, op=op, group=self.group, async_op=True)
-        return Handle(record, work, self._div_post(flat, native), self._completed)
+        return self._issue(
+            record,
+            lambda: dist.all_reduce(flat, op=op, group=self.group, async_op=True),
+            self._div_post(flat, native),
+        )
 
     def reduce_scatter_avg(self, flat: torch.Tensor, out: torch.Tensor, tag: str = "") -> Handle:
         check_avg("flat", flat)
@@ -186,16 +201,20 @@ class Communicator:
         record = self._launch("reduce_scatter", tag, flat.numel() * flat.element_size())
         native = self._native_avg(flat)
         op = dist.ReduceOp.AVG if native else dist.ReduceOp.SUM
-        work = _reduce_scatter(out, flat, op=op, group=self.group, async_op=True)
-        return Handle(record, work, self._div_post(out, native), self._completed)
+        return self._issue(
+            record,
+            lambda: _reduce_scatter(out, flat, op=op, group=self.group, async_op=True),
+            self._div_post(out, native),
+        )
 
     def all_gather(self, out: torch.Tensor, shard: torch.Tensor, tag: str = "") -> Handle:
         check_flat("out", out)
         check_flat("shard", shard)
         check_sizes("out", out, "shard", shard, self.world_size)
         record = self._launch("all_gather", tag, out.numel() * out.element_size())
-        work = _all_gather(out, shard, group=self.group, async_op=True)
-        return Handle(record, work, None, self._completed)
+        return self._issue(
+            record, lambda: _all_gather(out, shard, group=self.group, async_op=True), None
+        )
 
     # -- blocking control traffic: unpaced, unaccounted ---------------------
     def broadcast(self, flat: torch.Tensor, src: int = 0) -> None:

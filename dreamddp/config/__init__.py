@@ -7,6 +7,7 @@ conf/config.yaml only needs ``import dreamddp.config`` first.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from dreamddp.config.resolvers import register_resolvers, repo_root
@@ -18,12 +19,12 @@ CONFIG_NAME = "config"
 
 def conf_dir() -> str:
     """Absolute path of the Hydra config tree: ``<repo>/conf`` in a checkout or
-    editable install, ``dreamddp/conf`` when installed from a wheel."""
-    package = Path(__file__).resolve().parents[1]
-    for candidate in (package.parent / "conf", package / "conf"):
+    editable install, ``<prefix>/share/dreamddp/conf`` when installed from a wheel."""
+    candidates = (Path(__file__).resolve().parents[2] / "conf", Path(sys.prefix) / "share" / "dreamddp" / "conf")
+    for candidate in candidates:
         if (candidate / f"{CONFIG_NAME}.yaml").is_file():
             return str(candidate)
-    raise FileNotFoundError(f"no {CONFIG_NAME}.yaml under {package.parent / 'conf'} or {package / 'conf'}")
+    raise FileNotFoundError(f"no {CONFIG_NAME}.yaml in {' or '.join(map(str, candidates))}")
 
 
 def setup() -> None:

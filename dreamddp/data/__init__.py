@@ -91,7 +91,7 @@ def build_data(
     name: str, *, task: str, rank: int, world_size: int, seed: int, batch_size: int, root: str,
     block_size: int = 128, vocab_size: int | None = None, eval_fraction: float = 0.05,
     eval_batches: int = 8, synthetic_size: int = 4096, num_classes: int | None = None,
-):
+) -> DataBundle:
     """This worker's DataBundle: an infinite train iterator over its own shard
     and the held-out batches (identical on every rank). Never downloads."""
     spec = _spec(name)

