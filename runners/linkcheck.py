@@ -36,6 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--latency-ms", type=float, default=0.0, help="emulated link latency (and formula)")
     p.add_argument("--calibration", type=float, default=1.0, help="emulated link calibration")
+    p.add_argument("--shape-download", action="store_true", help="tc: also shape each worker's download")
     p.add_argument("--json", default=None, help="also write the rows as JSON here")
     p.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)  # internal: worker mode
     a = p.parse_args(argv)
@@ -123,7 +124,7 @@ def measure(a: argparse.Namespace) -> list[dict]:
             from dreamddp.netshape import ShapedNetwork, check_tc_available, launch_shaped
 
             check_tc_available()
-            with ShapedNetwork(a.workers, a.rates) as net:
+            with ShapedNetwork(a.workers, a.rates, shape_download=a.shape_download) as net:
                 code = launch_shaped(net, argv_for_rank, dict(os.environ), 29500)
         else:
             code = _launch_local(a, argv_for_rank)
@@ -136,7 +137,8 @@ def measure(a: argparse.Namespace) -> list[dict]:
         mean = statistics.fmean(r["times"])
         formula = (collective_time("all_reduce", r["nbytes"], a.workers, min(a.rates), a.latency_ms / 1e3)
                    if a.rates else None)
-        rows.append({"nbytes": r["nbytes"], "mean_s": mean, "times": r["times"],
+        rows.append({"nbytes": r["nbytes"], "mean_s": mean, "median_s": statistics.median(r["times"]),
+                     "times": r["times"],
                      "formula_s": formula, "ratio": mean / formula if formula else None})
     return rows
 

@@ -175,3 +175,18 @@ def test_end_to_end_two_workers(tmp_path):
     assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / "dreamddp.log").is_file()
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".")) == [".hydra"]
     assert _processes_mentioning(str(run_dir)) == []
+
+
+def test_worker_identity_from_launcher_env():
+    from dreamddp.dist_env import first_host, worker_env
+
+    torchrun = worker_env({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"})
+    assert (torchrun.launcher, torchrun.rank, torchrun.world_size, torchrun.local_rank) == ("torchrun", 3, 4, 1)
+    srun = worker_env({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+                       "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NTASKS_PER_NODE": "4(x2)"})
+    assert (srun.launcher, srun.rank, srun.world_size, srun.local_world_size) == ("srun", 5, 8, 4)
+    assert srun.master_addr == "gpu07"
+    # a one-task SLURM job (submitit) is not a worker: it launches torchrun itself
+    assert worker_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_ID": "9"}) is None
+    assert worker_env({}) is None
+    assert first_host("node1,node2") == "node1" and first_host("a[1,3-4]") == "a1"

@@ -96,3 +96,51 @@ def test_mark_failed(tmp_path, cfg):
     RunRecord(str(tmp_path / "c"), cfg).finish({})
     assert not mark_failed(str(tmp_path / "c"), cfg, "late")
     assert load_record(tmp_path / "c")["status"] == "completed"
+
+
+def test_wandb_mode_env_wins():
+    from dreamddp.wandb_log import resolve_mode
+
+    assert resolve_mode("offline", {}) == "offline"
+    assert resolve_mode("offline", {"WANDB_MODE": "disabled"}) == "disabled"
+    assert resolve_mode("disabled", {"WANDB_MODE": "dryrun"}) == "offline"
+    with pytest.raises(ValueError, match="wandb mode"):
+        resolve_mode("cloud", {})
+
+
+def _wandb_script(run_dir, enabled: bool) -> str:
+    return f"""
+import json, sys
+from omegaconf import OmegaConf
+from dreamddp.wandb_log import WandbLogger
+cfg = OmegaConf.create({{"wandb": {{"mode": "offline", "project": "p", "entity": None, "group": None,
+                       "tags": ["t"]}}, "experiment": {{"name": "exp"}}, "algo": {{"name": "ssgd"}}}})
+log = WandbLogger(cfg, {str(run_dir)!r}, enabled={enabled})
+run = log.run
+info = [run.group, run.job_type, run.name] if run else None
+log.log(0, {{"loss": 1.0}}); log.summary({{"final": 1}}); log.finish(0)
+print(json.dumps({{"imported": "wandb" in sys.modules, "info": info}}))
+"""
+
+
+def test_wandb_disabled_imports_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    out = subprocess.run([sys.executable, "-c", _wandb_script(tmp_path, False)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert json.loads(out.stdout.splitlines()[-1]) == {"imported": False, "info": None}, out.stderr
+
+
+def test_wandb_offline_run_lands_in_run_dir(tmp_path):
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "2024_ssgd_gpt2"
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    out = subprocess.run([sys.executable, "-c", _wandb_script(run_dir, True)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["info"] == ["exp", "ssgd", "2024_ssgd_gpt2"], out.stderr
+    assert list((run_dir / "wandb").glob("offline-run-*"))

@@ -92,16 +92,36 @@ class TrainConfig:
 
 @dataclass
 class AlgoConfig:
-    # Registry name in dreamddp.algorithms.ALGORITHMS: ddp|ssgd|ascwfbp|flsgd|plsgd_enp|dreamddp.
+    # Registry name in dreamddp.algorithms.ALGORITHMS: ddp|ssgd|ascwfbp|flsgd|plsgd_enp|dreamddp|streaming_diloco|dear.
     name: str = MISSING
     # Sync period in iterations (flsgd, plsgd_enp, dreamddp); every unit syncs once per H.
     H: int = 10
     # dreamddp: path to a schedule JSON; None = profile, then schedule at start-up.
     schedule: Optional[str] = None
-    # ascwfbp: gradient bucket size in MB (0 is refused; per-unit buckets need a tiny value).
+    # ascwfbp, dear: gradient bucket (fusion buffer) size in MB (0 is refused; per-unit buckets need a tiny value).
     bucket_mb: float = 25.0
     # dreamddp: iterations spent profiling per-unit backward/communication times.
     profile_iterations: int = 10
+    # dreamddp: do not wait for parameter averages at the end of backward; each
+    # in-flight unit's update is applied when its average lands, at the latest in
+    # the unit's next forward pre-hook (same numerics as plain dreamddp).
+    overlap_forward: bool = False
+    # streaming_diloco: number of fragments P (1 = plain DiLoCo); 1 <= P <= H.
+    fragments: int = 1
+    # streaming_diloco: sequential|strided grouping of blocks into fragments.
+    fragment_pattern: str = "strided"
+    # streaming_diloco: steps between launching a fragment's outer all-reduce and merging it (0 = blocking).
+    tau: int = 0
+    # streaming_diloco: merge mix, theta_local <- alpha * theta_local + (1 - alpha) * theta_global.
+    alpha: float = 0.0
+    # streaming_diloco: outer SGD learning rate.
+    outer_lr: float = 0.7
+    # streaming_diloco: outer SGD Nesterov momentum (0 = plain SGD).
+    outer_momentum: float = 0.9
+    # streaming_diloco: outer-gradient encoding on the wire: none (fp32 all-reduce) | fp16 | e3m0 (4-bit).
+    quantize: str = "none"
+    # streaming_diloco: elements per E3M0 scale block; 0 = one scale per fragment.
+    quant_block: int = 1024
 
 
 @dataclass

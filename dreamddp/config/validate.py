@@ -176,7 +176,10 @@ def _check_data_available(cfg: DictConfig) -> None:
 
 
 def _check_tc(cfg: DictConfig) -> None:
-    if cfg.bandwidth.backend != "tc":
+    from dreamddp.dist_env import worker_env
+
+    # The launcher probes the host once; workers already run inside shaped namespaces.
+    if cfg.bandwidth.backend != "tc" or worker_env() is not None:
         return
     from dreamddp.netshape import TcUnavailable, check_tc_available
 

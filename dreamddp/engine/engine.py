@@ -8,12 +8,18 @@ Per iteration t the training loop calls::
     engine.step(optimizer, clip)  # clip + optimizer step
     engine.after_step()           # launch/wait AFTER_STEP ops, close the books
 
+Algorithms that apply updates outside the plain step (dear, dreamddp with
+``overlap_forward``) set ``owns_optimizer_step``: ``step`` then hands the
+trainer's optimizer and clip value to ``algorithm.optimizer_step`` instead of
+clipping and stepping itself; ``owns_grad_zeroing`` stops ``begin_iteration``
+from zeroing gradients that a deferred update still has to read.
+
 Gradient readiness comes from ``Tensor.register_post_accumulate_grad_hook``: a
 unit is ready when all its parameters' gradients are accumulated, which is
 also the moment autograd stops reading its parameters, so averaging them in
 place from then on is safe (PAPER.md section 1).  Ops that complete
 BEFORE_FORWARD are waited for in the forward pre-hook of their first unit to
-run in the next iteration.
+run in the next iteration: ``op.last``, the input-side end of the run.
 
 The engine does no per-parameter Python work per step beyond the autograd
 hooks themselves (one counter decrement each): gradients are zeroed, clipped
@@ -87,7 +93,8 @@ class PartialSyncEngine:
         self._missing = list(self._missing_template)
         self.stats = IterationStats(t, sampled=bool(self.sample_every) and t % self.sample_every == 0)
         self.stats.start = time.perf_counter()
-        self.flat.zero_grads()
+        if not getattr(self.algorithm, "owns_grad_zeroing", False):
+            self.flat.zero_grads()
 
     def end_backward(self) -> None:
         self.stats.backward_end = time.perf_counter()
@@ -98,6 +105,10 @@ class PartialSyncEngine:
         self._wait(When.END_OF_BACKWARD)
 
     def step(self, optimizer: torch.optim.Optimizer, grad_clip: float = 0.0) -> None:
+        if getattr(self.algorithm, "owns_optimizer_step", False):
+            # The algorithm applies (or defers) the update itself, clipping included.
+            self.algorithm.optimizer_step(self, optimizer, grad_clip)
+            return
         if grad_clip > 0:
             self.stats.grad_norm = self.flat.clip_grad_norm_(grad_clip)
         self.algorithm.before_step(self)
@@ -162,7 +173,9 @@ class PartialSyncEngine:
         self._launched[i] = True
         handle = self.algorithm.launch(self, op, self.tensor(op))
         if op.complete is When.BEFORE_FORWARD:
-            self._before_forward.setdefault(op.first, []).append((op, handle))
+            # Keyed by op.last: units run forward in reverse backward order, so the
+            # input-side end of the run is the first whose forward needs the result.
+            self._before_forward.setdefault(op.last, []).append((op, handle))
         else:
             self._pending[op.complete].append((op, handle))
 
@@ -171,6 +184,11 @@ class PartialSyncEngine:
         for op, handle in pending:
             self.stats.wait += handle.wait()
             self.algorithm.on_complete(self, op)
+
+    def complete_before_forward(self, u: int) -> None:
+        """Complete now the BEFORE_FORWARD ops keyed at unit ``u`` (no-op if none)."""
+        if u in self._before_forward:
+            self._complete_before_forward(u)
 
     def _complete_before_forward(self, u: int) -> None:
         for op, handle in self._before_forward.pop(u, ()):

@@ -22,6 +22,14 @@ from torch import nn
 ATTN_IMPLEMENTATION = "sdpa"
 
 
+def _special_ids(default: int, vocab_size: int) -> dict:
+    """GPT-2's bos/eos id (50256) only where the vocabulary holds it: a frequency-truncated
+    vocabulary (tiny preset) has no fixed end-of-text id, and training never generates.
+    (Llama's defaults, 1 and 2, always fit.)"""
+    tid = default if default < vocab_size else None
+    return {"bos_token_id": tid, "eos_token_id": tid}
+
+
 def build_gpt2(
     *, n_layer: int, n_embd: int, n_head: int, n_positions: int, vocab_size: int
 ) -> nn.Module:
@@ -35,6 +43,7 @@ def build_gpt2(
         n_positions=n_positions,
         vocab_size=vocab_size,
         attn_implementation=ATTN_IMPLEMENTATION,
+        **_special_ids(50256, vocab_size),
     )
     return GPT2LMHeadModel(config)
 

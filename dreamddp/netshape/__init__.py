@@ -1,8 +1,9 @@
 """Real bandwidth shaping (`bandwidth=tc`): Linux namespaces + tbf qdiscs.
 
-Each worker runs in its own network namespace behind a veth shaped with tbf
-in both directions, all joined by a bridge in a private hub namespace. Needs
-root (or `unshare -Urnm`), `ip` and `tc`; no netem, so no latency/loss.
+Each worker runs in its own network namespace behind a veth whose upload is
+shaped with tbf (optionally its download too), all joined by a bridge in a
+private hub namespace. Needs root (or `unshare -Urnm`), `ip` and `tc`; no
+netem here, so no latency or loss injection.
 
     check_tc_available()                      # one-line TcUnavailable if not
     with ShapedNetwork(4, 1.0) as net:        # or gbps=[1, 1, 1, 0.25]

@@ -1,0 +1,89 @@
+"""DreamDDP with ``algo.overlap_forward=true`` (our extension, PAPER.md section 3's remark).
+
+Plain dreamddp (partial.py) waits at the end of backward for every parameter
+average it launched, then steps all units.  Here the averages are NOT waited
+for at the end of backward; per iteration t (phase h = t mod H, synced set S_h):
+
+1. backward: each unit u in S_h launches the in-place average of its
+   parameters from its gradient-ready hook (unchanged);
+2. ``engine.step`` (owned): clip the LOCAL gradients as plain dreamddp does,
+   snapshot the optimizer's hyperparameters, step every unit NOT in S_h at
+   once (one optimizer call over their parameters) and zero their gradients;
+   the units in S_h keep their gradients, their parameters are still on the wire;
+3. when u's average lands (its next forward pre-hook, the engine's
+   BEFORE_FORWARD completion, or ``flush``), apply u's deferred step with the
+   saved gradient and the snapshot hyperparameters, then zero its gradient.
+
+Numerics: for u in S_h the order is average -> local step, for the rest just
+the local step, exactly as plain dreamddp; only the moment changes.  With an
+element-wise optimizer (SGD, momentum, Adam, AdamW; substep.py shares the
+trainer optimizer's state) the parameters equal plain dreamddp's
+(tests/test_overlap_forward.py: allclose after several windows).  No model copy;
+the only extra state is that S_h's gradients live until the next forward.
+
+What it hides: the link is FIFO and input-side units launch last but run
+first in forward, so the gain is bounded by the optimizer step of the unsynced
+units plus the forward of every unit before the first one still in flight.
+"""
+
+from __future__ import annotations
+
+from dreamddp.algorithms.dreamddp import DreamDDP
+from dreamddp.engine.plan import Payload, When, contiguous_runs, per_unit_ops
+from dreamddp.engine.substep import SubsetStepper, snapshot, unit_params
+
+
+class DreamDDPOverlap(DreamDDP):
+    name = "dreamddp"
+    uses_forward_hooks = True
+    owns_optimizer_step = True
+    owns_grad_zeroing = True
+
+    def bind(self, engine) -> None:
+        super().bind(engine)
+        self._plans = [per_unit_ops(g, Payload.PARAM, When.UNIT_READY, When.BEFORE_FORWARD) for g in self.groups]
+        everyone = set(range(len(engine.units)))
+        self.rest = [sorted(everyone - set(g)) for g in self.groups]
+        self.rest_runs = [contiguous_runs(r) for r in self.rest]
+        self.steppers = None
+        self.deferred: set[int] = set()  # units whose step waits for their average
+        self.landed: set[int] = set()  # averages completed before this iteration's step
+        engine.flat.zero_grads()  # from here on the algorithm zeroes (warm-up passes left gradients)
+
+    def launch(self, engine, op, tensor):
+        # Never two collectives on one buffer: finish u's previous average (and its
+        # deferred step) first.  Only hit when u skipped its forward (unused unit).
+        engine.complete_before_forward(op.last)
+        return super().launch(engine, op, tensor)
+
+    def optimizer_step(self, engine, optimizer, grad_clip: float) -> None:
+        if grad_clip > 0:
+            engine.stats.grad_norm = engine.flat.clip_grad_norm_(grad_clip)
+        if self.steppers is None:
+            self.steppers = [SubsetStepper(optimizer, unit_params(engine, r)) for r in self.rest]
+            synced = sorted({u for g in self.groups for u in g})
+            self.unit_steppers = {u: SubsetStepper(optimizer, unit_params(engine, [u])) for u in synced}
+        self.hyper = snapshot(optimizer)
+        h = engine.t % self.H
+        self.steppers[h].step(self.hyper)
+        for a, b in self.rest_runs[h]:
+            engine.flat.grad_slice(a, b).zero_()
+        self.deferred = set(self.groups[h])
+        for u in sorted(self.landed & self.deferred):  # rare: completed early (a flush mid-iteration)
+            self._step_unit(engine, u)
+        self.landed.clear()
+
+    def on_complete(self, engine, op) -> None:
+        for u in op.units:
+            if u in self.deferred:
+                self._step_unit(engine, u)
+            else:
+                self.landed.add(u)
+
+    def _step_unit(self, engine, u: int) -> None:
+        self.unit_steppers[u].step(self.hyper)
+        engine.flat.grad_slice(u, u).zero_()
+        self.deferred.discard(u)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "overlap_forward": True}

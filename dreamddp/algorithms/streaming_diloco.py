@@ -1,0 +1,156 @@
+"""Streaming DiLoCo (Douillard et al. 2025; PAPER.md section 2) on the engine.
+
+Inner loop: every iteration is a LOCAL step of the trainer's optimizer, no
+gradient traffic (the paper's inner optimizer is AdamW:
+conf/algo/streaming_diloco.yaml sets ``train.optimizer=adamw``; any other
+``train.optimizer`` is used as given).
+
+Outer loop, per fragment p (fragments.py: P groups of blocks, ``sequential`` or
+``strided``), right after the optimizer step of iteration t with
+
+    (t + 1) % H == ((p + 1) * H // P) % H          (staggered; P=1: every H-th step)
+
+1. launch: outer gradient ``delta = anchor - theta_local`` of the fragment, fp32,
+   averaged asynchronously: a ring all-reduce (``quantize=none``) or an
+   all-gather of fp16 / 4-bit E3M0 payloads summed in FP32 (quantize.py);
+2. merge, after the optimizer step of iteration t + tau (tau = 0: at once,
+   blocking), with the mean ``Delta``::
+
+       m      <- mu * m + Delta                     (outer SGD, Nesterov, as torch.optim.SGD)
+       anchor <- anchor - outer_lr * (Delta + mu * m)  (= theta_global_new)
+       theta  <- alpha * theta + (1 - alpha) * anchor
+
+   ``theta`` has taken tau more local steps since the launch; alpha mixes them in.
+
+Per iteration: launches first, then merges due at t (fragments are disjoint
+and tau < H, so a fragment never launches and merges in one step unless tau=0).
+
+Numerics: P=1, tau=0, alpha=0, outer_lr=1, mu=0 gives ``theta <- mean(theta)``
+every H steps = flsgd.  Replicas agree on the anchor bitwise after every merge
+(identical means on every rank); between merges they differ like local SGD.
+
+Memory beyond S-SGD: the anchor (one fp32 copy of the model), the outer
+momentum (another, when mu > 0) and the in-flight buffers (the fragments'
+outer gradients or payloads, ``describe()['memory_bytes']``).
+
+Not through the engine's plan: the payload is derived (anchor - theta) and
+completes tau steps later, so ``plan`` is empty and the algorithm launches
+from ``after_optimizer_step``; the engine still drains and accounts the bytes.
+``flush`` completes the transfers but keeps each merge at its scheduled step,
+so evaluation frequency never changes the training trajectory.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dreamddp.algorithms.base import Algorithm
+from dreamddp.algorithms.fragments import fragments
+from dreamddp.algorithms.quantize import Codec, gather_mean
+from dreamddp.engine.plan import contiguous_runs
+
+
+class StreamingDiLoCo(Algorithm):
+    name = "streaming_diloco"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.H, self.P, self.tau = cfg.H, cfg.fragments, cfg.tau
+        self.alpha, self.outer_lr, self.mu = cfg.alpha, cfg.outer_lr, cfg.outer_momentum
+        if self.H < 1 or not 1 <= self.P <= self.H:
+            raise ValueError(f"algo.fragments={self.P}: must be between 1 and algo.H={self.H}")
+        if not 0 <= self.tau < self.H:
+            raise ValueError(f"algo.tau={self.tau}: must be in [0, algo.H={self.H})")
+        if not 0 <= self.alpha <= 1 or self.outer_lr <= 0 or not 0 <= self.mu < 1:
+            raise ValueError(
+                f"algo.alpha={self.alpha} / outer_lr={self.outer_lr} / outer_momentum={self.mu}: "
+                "need alpha in [0, 1], outer_lr > 0, outer_momentum in [0, 1)"
+            )
+        self.codec = Codec(cfg.quantize, cfg.quant_block)
+        self.offset = [((p + 1) * self.H // self.P) % self.H for p in range(self.P)]
+
+    def bind(self, engine) -> None:
+        flat = engine.flat
+        self._world = engine.comm.world_size
+        self.frags = fragments([u.name for u in engine.units], self.P, self.cfg.fragment_pattern)
+        self.spans = [[flat.span(a, b) for a, b in contiguous_runs(f)] for f in self.frags]
+        self.anchor = flat.params.detach().float().clone()
+        self.momentum = torch.zeros_like(self.anchor) if self.mu > 0 else None
+        self.inflight: list[tuple[int, int, object, object]] = []  # (due t, fragment, handle, result)
+        self.merges: list[tuple[int, int]] = []  # (t, fragment): the schedule as it ran, for records/tests
+
+    def plan(self, t: int):
+        return ()
+
+    def syncs_at(self, t: int) -> list[int]:
+        return [p for p in range(self.P) if (t + 1) % self.H == self.offset[p]]
+
+    def after_optimizer_step(self, engine) -> None:
+        t = engine.t
+        for p in self.syncs_at(t):
+            self._launch(engine, t, p)
+        due = [job for job in self.inflight if job[0] <= t]
+        self.inflight = [job for job in self.inflight if job[0] > t]
+        for _, p, handle, result in due:
+            engine.stats.wait += handle.wait()
+            self._merge(engine, p, result())
+            self.merges.append((t, p))
+
+    def _launch(self, engine, t: int, p: int) -> None:
+        params = engine.flat.params
+        delta = torch.cat([self.anchor[a:b] - params[a:b] for a, b in self.spans[p]])
+        tag = f"outer:{p}"
+        if self.codec.kind == "none":
+            handle, result = engine.comm.all_reduce_avg(delta, tag=tag), (lambda: delta)
+        else:
+            handle, result = gather_mean(engine.comm, delta, self.codec, tag=tag)
+        self.inflight.append((t + self.tau, p, handle, result))
+
+    @torch.no_grad()
+    def _merge(self, engine, p: int, mean: torch.Tensor) -> None:
+        params, pos = engine.flat.params, 0
+        for a, b in self.spans[p]:  # a few runs per fragment, flat ops on each
+            g = mean[pos : pos + b - a]
+            pos += b - a
+            if self.momentum is not None:
+                m = self.momentum[a:b]
+                m.mul_(self.mu).add_(g)
+                g = g.add(m, alpha=self.mu)  # Nesterov
+            anchor = self.anchor[a:b]
+            anchor.sub_(g, alpha=self.outer_lr)
+            params[a:b].mul_(self.alpha).add_(anchor.to(params.dtype), alpha=1 - self.alpha)
+
+    def flush(self, engine) -> None:
+        for _, _, handle, _ in self.inflight:  # transfers done; merges stay on schedule
+            engine.stats.wait += handle.wait()
+
+    def sync_iterations(self, unit: int, H: int) -> list[int]:
+        return [t for t in range(H) if any(unit in self.frags[p] for p in self.syncs_at(t))]
+
+    def memory_bytes(self, world: int) -> dict:
+        """Extra bytes over S-SGD: anchor, outer momentum, peak in-flight buffers."""
+        sizes = [sum(b - a for a, b in s) for s in self.spans]
+        if self.codec.kind == "none":
+            per = [4 * n for n in sizes]  # the fp32 outer gradient being all-reduced
+        else:  # own payload + every rank's gathered payload
+            per = [(world + 1) * self.codec.nbytes(n) for n in sizes]
+        peak = max(
+            sum(per[p] for p in range(self.P) if (t - self.offset[p] + 1) % self.H <= self.tau)
+            for t in range(self.H)
+        )
+        return {
+            "anchor": self.anchor.numel() * 4,
+            "outer_momentum": 0 if self.momentum is None else self.momentum.numel() * 4,
+            "inflight_peak": peak,
+        }
+
+    def describe(self) -> dict:
+        out = {
+            "name": self.name, "H": self.H, "fragments": self.P, "fragment_pattern": self.cfg.fragment_pattern,
+            "tau": self.tau, "alpha": self.alpha, "outer_lr": self.outer_lr, "outer_momentum": self.mu,
+            "quantize": self.codec.kind, "quant_block": self.codec.block, "sync_offsets": self.offset,
+        }
+        if hasattr(self, "frags"):
+            out["fragment_units"] = [len(f) for f in self.frags]
+            out["memory_bytes"] = self.memory_bytes(self._world)
+        return out

@@ -1,0 +1,122 @@
+"""Side-by-side benchmark: every engine algorithm on the same model, data and link.
+
+One script, one machine, runs made back to back:
+
+1. ``dreamddp`` first, with the bandwidth set from a comm/backward ratio
+   (``bandwidth.comm_ratio``): it measures backward time, fixes the emulated
+   link's rate, profiles per unit and schedules.
+2. Every other algorithm at exactly that rate (``bandwidth.gbps``).
+3. The simulator predicts each algorithm's mean iteration time from the
+   dreamddp run's profile and link; the table prints measured, predicted and
+   their ratio, plus exposed wait, traffic and speedups relative to dreamddp.
+
+Usage::
+
+    python runners/bench_algorithms.py --model gpt2 --iterations 40 --ratio 7 --nproc 2
+
+Writes ``bench.csv`` / ``bench.md`` and keeps the run records under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+ALGOS = ["ssgd", "ascwfbp", "flsgd", "plsgd_enp", "dreamddp"]
+
+
+def run(algo: str, out: str, args, extra: list[str]) -> dict:
+    run_dir = os.path.join(out, algo)
+    cmd = [
+        sys.executable, "-m", "dreamddp.cli", f"algo={algo}", f"model={args.model}", f"data={args.data}",
+        f"train.iterations={args.iterations}", f"cluster.nproc={args.nproc}", f"algo.H={args.H}",
+        "train.progress=false", "train.eval_every=0", f"hydra.run.dir={run_dir}", *extra, *args.override,
+    ]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+        raise SystemExit(f"bench: algo={algo} failed (exit {proc.returncode})")
+    with open(os.path.join(run_dir, "run.json")) as f:
+        rec = json.load(f)
+    rec["_wall"] = time.perf_counter() - t0
+    return rec
+
+
+def predictions(dream: dict, run_dir: str, algos: list[str], args, gbps: float) -> dict:
+    from dreamddp.algorithms.partial import equal_count_groups
+    from dreamddp.schedule import load_profile, load_schedule
+    from dreamddp.schedule.simulator import simulate
+
+    profile = load_profile(os.path.join(run_dir, "profile"))
+    _, dream_sched = load_schedule(os.path.join(run_dir, "schedule.json"))
+    cfg = dream["config"]
+    enp_groups = equal_count_groups(len(profile.units), args.H)
+    enp = {u: [g for g, grp in enumerate(enp_groups) if i in grp] for i, u in enumerate(profile.units)}
+    out = {}
+    for algo in algos:
+        sched = {"dreamddp": dream_sched, "plsgd_enp": enp}.get(algo)
+        res = simulate(algo, profile, H=args.H, schedule=sched, world=args.nproc, gbps=gbps,
+                       latency_s=cfg["bandwidth"]["latency_ms"] / 1e3, calibration=cfg["bandwidth"]["calibration"],
+                       bucket_bytes=int(cfg["algo"]["bucket_mb"] * 2**20), iterations=args.H)
+        out[algo] = res
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="gpt2")
+    p.add_argument("--data", default="shakespeare")
+    p.add_argument("--iterations", type=int, default=40)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--H", type=int, default=10)
+    p.add_argument("--ratio", type=float, default=7.0, help="comm/backward ratio that sets the emulated bandwidth")
+    p.add_argument("--algos", nargs="+", default=ALGOS, choices=ALGOS)
+    p.add_argument("--out", default="results/bench")
+    p.add_argument("override", nargs="*", help="extra Hydra overrides for every run")
+    args = p.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+
+    dream = run("dreamddp", args.out, args, ["bandwidth=ratio7", f"bandwidth.comm_ratio={args.ratio}"])
+    gbps = dream["extra"]["link_calibration"]["gbps"]
+    records = {"dreamddp": dream}
+    for algo in args.algos:
+        if algo != "dreamddp":
+            records[algo] = run(algo, args.out, args, ["bandwidth=1gbit", f"bandwidth.gbps={gbps}"])
+    pred = predictions(dream, os.path.join(args.out, "dreamddp"), list(records), args, gbps)
+
+    base = records["dreamddp"]["summary"]["mean_iteration_time"]
+    rows = []
+    for algo in [a for a in ALGOS if a in records]:
+        s = records[algo]["summary"]
+        rows.append({
+            "algorithm": algo, "measured_s": s["mean_iteration_time"], "predicted_s": pred[algo].mean_iter,
+            "measured/predicted": s["mean_iteration_time"] / pred[algo].mean_iter,
+            "exposed_wait_s": s["mean_wait"], "predicted_wait_s": pred[algo].mean_wait,
+            "MiB_per_iter": s["bytes_per_iteration"] / 2**20, "speedup_of_dreamddp": s["mean_iteration_time"] / base,
+        })
+    header = (f"model={args.model} data={args.data} workers={args.nproc} H={args.H} "
+              f"emulated link {gbps * 1e3:.2f} Mbit/s (comm/backward = {args.ratio}) iterations={args.iterations}")
+    print(header)
+    print(f"{'algorithm':<11}{'measured':>10}{'predicted':>11}{'ratio':>8}{'wait':>9}{'pred.wait':>11}{'MiB/it':>9}{'x dreamddp':>12}")
+    for r in rows:
+        print(f"{r['algorithm']:<11}{r['measured_s']:>10.4f}{r['predicted_s']:>11.4f}{r['measured/predicted']:>8.3f}"
+              f"{r['exposed_wait_s']:>9.4f}{r['predicted_wait_s']:>11.4f}{r['MiB_per_iter']:>9.3f}{r['speedup_of_dreamddp']:>12.3f}")
+    with open(os.path.join(args.out, "bench.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with open(os.path.join(args.out, "bench.md"), "w") as f:
+        f.write(f"{header}\n\n| " + " | ".join(rows[0]) + " |\n|" + "---|" * len(rows[0]) + "\n")
+        for r in rows:
+            f.write("| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in r.values()) + " |\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
