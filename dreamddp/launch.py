@@ -163,8 +163,10 @@ def _launch_tc(cfg: DictConfig, run_dir: str, argv: list[str], env: dict[str, st
         # Become root of a fresh user+net+mount namespace; the launcher there shapes.
         return supervise(netshape.userns_argv(worker_command(argv, run_dir)), env)
     port = int(cfg.cluster.master_port) or 29500  # private namespaces: any port is free
-    net = netshape.ShapedNetwork(int(cfg.cluster.nproc), float(cfg.bandwidth.gbps))
-    log.info("starting %d workers in shaped namespaces at %s Gbit/s", cfg.cluster.nproc, cfg.bandwidth.gbps)
+    per_worker = cfg.bandwidth.get("worker_gbps")  # heterogeneous uplinks, validated against nproc
+    rates = [float(g) for g in per_worker] if per_worker else float(cfg.bandwidth.gbps)
+    net = netshape.ShapedNetwork(int(cfg.cluster.nproc), rates)
+    log.info("starting %d workers in shaped namespaces at %s Gbit/s", cfg.cluster.nproc, rates)
     return netshape.launch_shaped(net, lambda rank: worker_command(argv, run_dir), env, port)
 
 

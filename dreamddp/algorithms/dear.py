@@ -39,7 +39,7 @@ import torch
 from dreamddp.algorithms.ascwfbp import buckets
 from dreamddp.algorithms.base import Algorithm
 from dreamddp.engine.plan import Payload, SyncOp, When
-from dreamddp.engine.substep import SubsetStepper, snapshot, unit_params
+from dreamddp.engine.substep import SubsetStepper, mark_stepped, snapshot, unit_params
 
 
 class DeAR(Algorithm):
@@ -87,6 +87,7 @@ class DeAR(Algorithm):
         if self.steppers is None:
             self.steppers = [SubsetStepper(optimizer, unit_params(engine, range(a, b + 1))) for a, b in self.groups]
         self.hyper = snapshot(optimizer)
+        mark_stepped(optimizer)
         self.coef = None
         if grad_clip > 0:
             for s in self.inflight:

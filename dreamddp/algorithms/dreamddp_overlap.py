@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dreamddp.algorithms.dreamddp import DreamDDP
 from dreamddp.engine.plan import Payload, When, contiguous_runs, per_unit_ops
-from dreamddp.engine.substep import SubsetStepper, snapshot, unit_params
+from dreamddp.engine.substep import SubsetStepper, mark_stepped, snapshot, unit_params
 
 
 class DreamDDPOverlap(DreamDDP):
@@ -64,6 +64,7 @@ class DreamDDPOverlap(DreamDDP):
             synced = sorted({u for g in self.groups for u in g})
             self.unit_steppers = {u: SubsetStepper(optimizer, unit_params(engine, [u])) for u in synced}
         self.hyper = snapshot(optimizer)
+        mark_stepped(optimizer)
         h = engine.t % self.H
         self.steppers[h].step(self.hyper)
         for a, b in self.rest_runs[h]:

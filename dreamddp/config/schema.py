@@ -137,6 +137,10 @@ class BandwidthConfig:
     comm_ratio: Optional[float] = None
     # Multiplies the modelled transfer time (protocol/header overhead).
     calibration: float = 1.0
+    # tc only: one uplink rate in Gbit/s per worker (length cluster.nproc), e.g.
+    # [1, 1, 1, 0.25] for one slow worker; None = every worker at gbps, which stays
+    # the nominal rate in the run record. The emulated link models one rate only.
+    worker_gbps: Optional[list[float]] = None
 
 
 @dataclass

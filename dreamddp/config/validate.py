@@ -8,6 +8,7 @@ torch) are consulted last, and the data check may look at the disk.
 
 from __future__ import annotations
 
+import math
 import os
 
 from omegaconf import DictConfig, OmegaConf
@@ -120,6 +121,30 @@ def _check_bandwidth(cfg: DictConfig) -> None:
             raise ConfigError(
                 f"bandwidth.latency_ms={b.latency_ms}: not supported by backend tc (tbf only); use emulated"
             )
+        if cfg.cluster.nnodes > 1:  # also checked in workers: srun must not start unshaped tc runs
+            raise ConfigError(
+                f"cluster.nnodes={cfg.cluster.nnodes}: bandwidth backend tc shapes namespaces on one host; "
+                "use the emulated link across nodes (bandwidth=1gbit)"
+            )
+    _check_worker_gbps(cfg)
+
+
+def _check_worker_gbps(cfg: DictConfig) -> None:
+    rates = cfg.bandwidth.worker_gbps
+    if rates is None:
+        return
+    if cfg.bandwidth.backend != "tc":
+        raise ConfigError(
+            f"bandwidth.worker_gbps: per-worker rates need bandwidth backend tc "
+            f"(the {cfg.bandwidth.backend} link has one rate for all workers)"
+        )
+    if len(rates) != cfg.cluster.nproc:
+        raise ConfigError(
+            f"bandwidth.worker_gbps: {len(rates)} rates for cluster.nproc={cfg.cluster.nproc} (one per worker)"
+        )
+    for i, g in enumerate(rates):
+        if not (g > 0 and math.isfinite(g)):
+            raise ConfigError(f"bandwidth.worker_gbps[{i}]={g}: must be a finite number > 0")
 
 
 def _check_device(cfg: DictConfig) -> None:
@@ -184,7 +209,7 @@ def _check_tc(cfg: DictConfig) -> None:
     from dreamddp.netshape import TcUnavailable, check_tc_available
 
     try:
-        check_tc_available()
+        check_tc_available(int(cfg.cluster.nnodes))  # not root without user namespaces, no tbf, ...
     except TcUnavailable as exc:
         raise ConfigError(str(exc)) from exc
 

@@ -57,6 +57,12 @@ class SubsetStepper:
         self.opt.step()
 
 
+def mark_stepped(optimizer: torch.optim.Optimizer) -> None:
+    """Tell torch's LR scheduler that the trainer optimizer's step happened (through
+    its subsets), so ``scheduler.step()`` does not warn it was called first."""
+    optimizer._opt_called = True  # the flag torch's own step wrapper sets
+
+
 def unit_params(engine, units) -> list[torch.Tensor]:
     """The parameters of the given unit indices (any order, no duplicates)."""
     return [p for u in sorted(set(units)) for p in engine.units[u].params]

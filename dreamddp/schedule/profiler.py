@@ -2,8 +2,10 @@
 
 Runs on every worker of the real job, on the real model, data and link:
 
-* forward per unit from forward pre/post hooks, rescaled so the units sum to
-  the measured forward pass (the loss and parameter-free modules included);
+* forward per unit from forward pre/post hooks (on alternate passes, so the
+  hooks' own cost stays out of the totals), rescaled so the units sum to the
+  forward pass measured on the other passes (loss and parameter-free modules
+  included);
 * backward per unit from the engine's gradient-ready timeline (the time from
   the previous unit's readiness to this one's; the tail after the last unit
   is charged to the last unit, so the units sum to the backward pass);
@@ -11,7 +13,8 @@ Runs on every worker of the real job, on the real model, data and link:
   communicator and link, on a scratch buffer;
 * the optimizer step (with clipping) as ``step_time``.
 
-Warm-up iterations are dropped; means over the rest; then every rank takes
+``iterations`` unperturbed passes are timed (plus as many hooked ones and
+``warmup`` dropped ones); means over them; then every rank takes
 the element-wise maximum so all ranks agree on one profile (and so schedule
 identically).  Training state (parameters, optimizer state, buffers such as
 BatchNorm statistics) is snapshotted before and restored after.
@@ -20,6 +23,7 @@ BatchNorm statistics) is snapshotted before and restored after.
 from __future__ import annotations
 
 import copy
+import functools
 import statistics
 import time
 from typing import Callable
@@ -39,16 +43,24 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
     fwd_tot, bwd_tot, steps = [], [], []
     starts: dict[int, float] = {}
     hooks = []
+    timing = [False]  # per-unit forward hooks run on odd passes only, so even passes time forward unperturbed
+
+    def pre(i, *_):
+        if timing[0]:
+            starts[i] = time.perf_counter()
+
+    def post(i, *_):
+        if timing[0]:
+            fwd_unit[i].append(time.perf_counter() - starts[i])
+
     for u in units:
         mod = model.get_submodule(u.name)
-        hooks.append(mod.register_forward_pre_hook(lambda m, a, i=u.index: starts.__setitem__(i, time.perf_counter())))
-        hooks.append(mod.register_forward_hook(lambda m, a, o, i=u.index: fwd_unit[i].append(time.perf_counter() - starts[i])))
+        hooks.append(mod.register_forward_pre_hook(functools.partial(pre, u.index)))
+        hooks.append(mod.register_forward_hook(functools.partial(post, u.index)))
     sample_every, engine.sample_every = engine.sample_every, 1
     try:
-        for t in range(warmup + iterations):
-            if t == warmup:
-                for lst in fwd_unit:
-                    lst.clear()
+        for t in range(warmup + 2 * iterations):
+            timing[0] = t >= warmup and (t - warmup) % 2 == 1
             engine.begin_iteration(t)
             t0 = time.perf_counter()
             loss = loss_fn()
@@ -59,7 +71,7 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
             engine.step(optimizer, grad_clip)
             t3 = time.perf_counter()
             stats = engine.after_step()
-            if t < warmup:
+            if t < warmup or timing[0]:
                 continue
             fwd_tot.append(t1 - t0)
             bwd_tot.append(t2 - t1)

@@ -6,7 +6,9 @@ queue on a FIFO link; the worker waits for the link after backward, runs any
 blocking collective, steps (``step_time``), then runs any blocking
 post-step collective.  Exposed wait = everything spent blocked on the link.
 The link is empty at every iteration boundary, so iterations are independent
-and only t mod H matters.
+and only t mod H matters; plans with cross-iteration jobs (dear,
+dreamddp_overlap, streaming_diloco) run through ``simulate_sequence`` instead,
+over one warm-up window and then the measured iterations.
 
 The link is either the profile's measured per-unit comm times (``gbps=None``;
 they already embody the world size and bandwidth they were measured at, so
@@ -44,6 +46,73 @@ def simulate_iteration(plan: IterPlan, fwd: float, bp: np.ndarray, step_time: fl
     return end + wait + step_time, wait
 
 
+def simulate_sequence(plans: list[IterPlan], fwd: np.ndarray, bp: np.ndarray, step_time: float) -> list[tuple[float, float]]:
+    """(iteration time, exposed wait) of consecutive iterations whose traffic may cross boundaries.
+
+    The FIFO link and the pending completions carry over: forward runs units in
+    reverse backward order (``fwd[i]`` seconds each), and a unit's pre-hook first
+    launches the ``next_forward`` jobs placed there, then waits for whatever its
+    forward needs (``deferred`` / ``next_forward``).  Backward launches
+    ``overlapped`` (waited at its end) and ``deferred`` jobs; then the blocking
+    ``after_backward``, the step, the blocking ``after_step``; then ``lagged``
+    jobs launch and the ones due at this iteration are waited for.  For plans
+    without cross-iteration jobs this equals ``simulate_iteration``.
+    """
+    link = clock = 0.0
+    need: dict[int, float] = {}  # unit -> when the collectives its next forward waits for finish
+    chain: list = []  # the previous iteration's next_forward jobs
+    lagged: list[tuple[int, float]] = []  # (iteration due, finish)
+    out = []
+
+    def queue(launch: float, dur: float) -> float:
+        nonlocal link
+        link = max(link, launch) + dur
+        return link
+
+    for k, plan in enumerate(plans):
+        start, wait = clock, 0.0
+        at: dict = {}
+        for where, dur, unit in chain:
+            at.setdefault(where, []).append((dur, unit))
+        for u in [None, *range(len(bp) - 1, -1, -1)]:  # start of forward, then forward order
+            for dur, unit in at.get(u, ()):
+                need[unit] = max(need.get(unit, 0.0), queue(clock, dur))
+            if u is None:
+                continue
+            w = max(0.0, need.pop(u, 0.0) - clock)
+            clock += w + float(fwd[u])
+            wait += w
+        ready = clock + np.cumsum(bp)
+        end = clock + float(bp.sum())
+        jobs = [(ready[i], d, None) for i, d in plan.overlapped] + [(ready[i], d, v) for i, d, v in plan.deferred]
+        finish = end
+        for r, dur, unit in sorted(jobs, key=lambda j: j[0]):  # stable: FIFO by launch
+            done = queue(float(r), dur)
+            if unit is None:
+                finish = max(finish, done)
+            else:
+                need[unit] = max(need.get(unit, 0.0), done)
+        wait += finish - end
+        clock = finish
+        for blocking in (plan.after_backward, None, plan.after_step):
+            if blocking is None:
+                clock += step_time
+            elif blocking:
+                done = queue(clock, blocking)
+                wait += done - clock
+                clock = done
+        lagged += [(k + lag, queue(clock, dur)) for dur, lag in plan.lagged]
+        due = [f for d, f in lagged if d <= k]
+        lagged = [(d, f) for d, f in lagged if d > k]
+        if due:
+            w = max(0.0, max(due) - clock)
+            clock += w
+            wait += w
+        chain = list(plan.next_forward)
+        out.append((clock - start, wait))
+    return out
+
+
 def _context(profile: Profile, H: int, world: int, gbps, latency_s, calibration, bucket_bytes) -> SimContext:
     _, comm = arrays(profile)
     if gbps is None:
@@ -59,7 +128,9 @@ def _context(profile: Profile, H: int, world: int, gbps, latency_s, calibration,
         link = modelled_link(world, gbps, latency_s, calibration)
         has_params = np.array([profile.nbytes[u] > 0 for u in profile.units])
         unit_comm = np.array([link(profile.nbytes[u]) if p else 0.0 for u, p in zip(profile.units, has_params)])
-    return SimContext(profile, H, world, bucket_bytes, unit_comm, has_params, link)
+    ctx = SimContext(profile, H, world, bucket_bytes, unit_comm, has_params, link)
+    ctx.link_model = None if gbps is None else (gbps, latency_s, calibration)
+    return ctx
 
 
 def simulate(
@@ -74,6 +145,7 @@ def simulate(
     calibration: float = 1.0,
     bucket_bytes: int = 25 * 2**20,
     iterations: int | None = None,
+    options: dict | None = None,
 ) -> SimResult:
     """Mean iteration time and exposed wait of ``algo`` over ``iterations`` (default: one H-window)."""
     if algo not in PLANS:
@@ -93,9 +165,22 @@ def simulate(
     if algo in NEEDS_SCHEDULE:
         link_profile = replace(profile, comm=dict(zip(profile.units, ctx.unit_comm.tolist())))
         ctx.window = default_window(algo, profile, H, schedule, link_profile)
+    ctx.options = dict(options or {})
     bp, _ = arrays(profile)
     fwd = float(sum(profile.fwd.values()))
-    per_window = [simulate_iteration(PLANS[algo](ctx, t), fwd, bp, profile.step_time) for t in range(min(n, H))]
+    first = [PLANS[algo](ctx, t) for t in range(min(n, H))]
+    if any(p.crosses_iterations for p in first):
+        # One warm-up window (the first iteration has nothing in flight), then n measured iterations.
+        per_unit = np.array([profile.fwd.get(u, 0.0) for u in profile.units], dtype=float)
+        per_unit[-1] += fwd - per_unit.sum()  # forward time of modules that are not units: at the start
+        seq = simulate_sequence([PLANS[algo](ctx, t) for t in range(H + n)], per_unit, bp, profile.step_time)
+        per_iter = seq[H:]
+        return SimResult(
+            mean_iter=float(np.mean([p[0] for p in per_iter])),
+            mean_wait=float(np.mean([p[1] for p in per_iter])),
+            per_iter=per_iter,
+        )
+    per_window = [simulate_iteration(plan, fwd, bp, profile.step_time) for plan in first]
     per_iter = [per_window[t % H] for t in range(n)]
     return SimResult(
         mean_iter=float(np.mean([p[0] for p in per_iter])),

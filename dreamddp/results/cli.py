@@ -1,0 +1,90 @@
+"""``python -m dreamddp.results``: run records -> compact copies, tables, figures, W&B table.
+
+    python -m dreamddp.results collect --runs multirun --out results/runs
+    python -m dreamddp.results figures --runs results/runs --out results
+    python -m dreamddp.results tables  --runs results/runs --out results [--metric loss] [--target gpt2/tiny=6.5]
+    python -m dreamddp.results wandb   --runs results/runs --dir multirun/wandb-summary [--mode offline]
+
+``--runs`` takes directories (searched recursively for run.json and compact
+records), run.json files, or W&B offline run dirs.  ``figures`` writes the
+tables too, so it regenerates everything under --out from the records alone.
+Errors print ``error: <one line>`` and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dreamddp.results.collect import collect, write_compact
+from dreamddp.results.tables import HIGHER_IS_BETTER, write_tables
+
+
+def _targets(items: list[str]) -> dict:
+    """``6.5`` (every model) or ``gpt2/tiny=6.5`` -> {"*": 6.5} / {"gpt2/tiny": 6.5}."""
+    out = {}
+    for item in items:
+        model, _, value = item.rpartition("=")
+        try:
+            out[model or "*"] = float(value)
+        except ValueError:
+            raise ValueError(f"--target {item}: expected VALUE or MODEL=VALUE, e.g. gpt2/tiny=6.5") from None
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dreamddp.results", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, help_ in (("collect", "write compact copies of the run records"),
+                        ("tables", "speedup tables (CSV + Markdown)"),
+                        ("figures", "tables, figures and the measured-profile scheduler study"),
+                        ("wandb", "log the speedup tables as W&B Tables")):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("--runs", nargs="+", required=True, help="run dirs, run.json files, compact records")
+        s.add_argument("--metric", default="loss", choices=sorted(HIGHER_IS_BETTER), help="time-to-target metric")
+        s.add_argument("--target", action="append", default=[], metavar="[MODEL=]VALUE",
+                       help="target value (default: the worst final value among the compared runs)")
+        s.add_argument("--include-failed", action="store_true", help="also use runs not completed")
+        if name == "wandb":
+            s.add_argument("--dir", default="multirun/wandb-summary", help="where W&B writes its files")
+            s.add_argument("--mode", default="offline", choices=("offline", "online"))
+            s.add_argument("--project", default="dreamddp")
+        else:
+            s.add_argument("--out", default="results", help="output directory")
+    return p
+
+
+def run(args: argparse.Namespace) -> list[Path]:
+    statuses = ("completed", "failed", "running") if args.include_failed else ("completed",)
+    runs = collect(args.runs, statuses)
+    if not runs:
+        raise ValueError(f"no {'/'.join(statuses)} run records under {' '.join(args.runs)}")
+    targets = _targets(args.target)
+    print(f"{len(runs)} runs in {len({(r['study'], r['scale']) for r in runs})} studies")
+    if args.command == "collect":
+        return write_compact(runs, Path(args.out))
+    if args.command == "wandb":
+        from dreamddp.results.wandb_table import log_tables
+
+        return [Path(d) for d in log_tables(runs, Path(args.dir), args.mode, args.project, args.metric, targets)]
+    out = Path(args.out)
+    written = write_tables(runs, out, args.metric, targets)
+    if args.command == "figures":
+        from dreamddp.results.figures import make_figures
+        from dreamddp.results.scheduler import make_scheduler_figures
+
+        written += make_figures(runs, out) + make_scheduler_figures(runs, out)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        written = run(args)
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,202 @@
+"""The paper's figures as PNG, from compact run records only (matplotlib, Agg).
+
+One function per figure; ``make_figures`` routes each study's runs to its
+figures (study = experiment name without its _cpu/_paper suffix):
+convergence -> evaluation metric vs epoch and vs training time; h_ablation ->
+metric vs iteration and time per (algorithm, H) plus iteration times;
+divergence -> mean divergence vs iteration and per unit at the end; bandwidth
+-> iteration time and exposed wait vs link; iteration_time -> compute and
+exposed wait per model and algorithm.  The evaluation metric is accuracy where
+runs have it (image models), else loss.  Epoch = (iteration + 1) x batch size /
+samples per epoch per worker (each worker walks its own shard).  Time = the
+cumulative sum of iteration times (evaluation and start-up excluded).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from dreamddp.results.tables import ALGO_ORDER, h_of, link_label, workers  # noqa: E402
+
+_COLORS = dict(zip(ALGO_ORDER, plt.get_cmap("tab10").colors))
+_STYLES = {5: ":", 10: "-", 20: "--"}
+
+
+def label(run: dict, with_h: bool = False) -> str:
+    h = h_of(run)
+    return run["config"]["algo"]["name"] + (f" H={h}" if with_h and h is not None else "")
+
+
+def color(run: dict):
+    return _COLORS.get(run["config"]["algo"]["name"], "black")
+
+
+def metric_of(runs: list[dict]) -> str:
+    return "accuracy" if any("accuracy" in e for r in runs for e in r["evals"]) else "loss"
+
+
+def epoch(run: dict, iteration: int) -> float:
+    per_worker = run["extra"].get("samples_per_epoch_per_worker")
+    if not per_worker:
+        raise ValueError(f"run {run['name']}: no samples_per_epoch_per_worker in its record")
+    return (iteration + 1) * run["config"]["train"]["batch_size"] / per_worker
+
+
+def panel_key(run: dict) -> str:
+    c = run["config"]
+    return f"{c['model']['name']}/{c['model']['size']} on {c['data']['name']}, {workers(run)} workers, {link_label(run)}"
+
+
+def _panels(runs: list[dict], n_rows: int = 1, width: float = 5.0, height: float = 3.8):
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in runs:
+        groups[panel_key(r)].append(r)
+    keys = sorted(groups)
+    fig, axes = plt.subplots(n_rows, len(keys), figsize=(width * len(keys), height * n_rows), squeeze=False)
+    return fig, axes, [(k, sorted(groups[k], key=_order)) for k in keys]
+
+
+def _order(run: dict) -> tuple:
+    name = run["config"]["algo"]["name"]
+    return (ALGO_ORDER.index(name) if name in ALGO_ORDER else 99, h_of(run) or 0)
+
+
+def _save(fig, path: Path, title: str) -> Path:
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def convergence(runs: list[dict], path: Path, x: str = "epoch") -> Path:
+    """Evaluation metric (top) and training loss (bottom) vs epoch or training time, one column per model."""
+    fig, axes, panels = _panels(runs, n_rows=2)
+    for col, (key, members) in enumerate(panels):
+        metric = metric_of(members)
+        top, bottom = axes[0][col], axes[1][col]
+        for r in members:
+            xs_e = [epoch(r, e["iteration"]) if x == "epoch" else e["elapsed"] for e in r["evals"]]
+            top.plot(xs_e, [e[metric] for e in r["evals"]], "o-", ms=3, color=color(r), label=label(r))
+            xs_i = [epoch(r, i["iteration"]) if x == "epoch" else i["elapsed"] for i in r["iterations"]]
+            bottom.plot(xs_i, [i["loss"] for i in r["iterations"]], "-", lw=1, color=color(r), label=label(r))
+        xlabel = "epoch" if x == "epoch" else "training time (s)"
+        top.set(title=key, xlabel=xlabel, ylabel=f"eval {metric}")
+        bottom.set(xlabel=xlabel, ylabel="train loss (per iteration)")
+        top.legend(fontsize=8)
+    return _save(fig, path, f"Convergence vs {'epoch' if x == 'epoch' else 'wall-clock training time'}")
+
+
+def h_ablation(runs: list[dict], path: Path) -> Path:
+    """Per model: eval metric vs iteration, vs time; mean iteration time per (algorithm, H)."""
+    fig, axes, panels = _panels(runs, n_rows=3, height=3.4)
+    for col, (key, members) in enumerate(panels):
+        metric = metric_of(members)
+        for r in members:
+            style = _STYLES.get(h_of(r), "-.")
+            for row, xkey in ((0, "iteration"), (1, "elapsed")):
+                axes[row][col].plot([e[xkey] for e in r["evals"]], [e[metric] for e in r["evals"]], style,
+                                    marker="o", ms=3, color=color(r), label=label(r, True))
+        axes[0][col].set(title=key, xlabel="iteration", ylabel=f"eval {metric}")
+        axes[1][col].set(xlabel="training time (s)", ylabel=f"eval {metric}")
+        axes[0][col].legend(fontsize=7)
+        ax = axes[2][col]
+        names = [label(r, True) for r in members]
+        ax.bar(names, [r["summary"]["mean_iteration_time"] for r in members], color=[color(r) for r in members])
+        ax.set(ylabel="mean iteration time (s)")
+        ax.tick_params(axis="x", rotation=45, labelsize=7)
+    return _save(fig, path, "H ablation")
+
+
+def divergence(runs: list[dict], path: Path) -> Path:
+    """Mean divergence vs iteration (top), per-unit divergence at the last measurement (bottom)."""
+    runs = [r for r in runs if r["divergence"]]
+    if not runs:
+        raise ValueError("divergence: no run has a divergence series (train.divergence_every=0?)")
+    fig, axes, panels = _panels(runs, n_rows=2, width=6.0)
+    for col, (key, members) in enumerate(panels):
+        top, bottom = axes[0][col], axes[1][col]
+        for r in members:
+            top.plot([d["iteration"] for d in r["divergence"]], [d["mean"] for d in r["divergence"]], "o-", ms=3,
+                     color=color(r), label=label(r, True))
+            last = r["divergence"][-1].get("per_unit") or {}
+            values = list(last.values()) if isinstance(last, dict) else list(last)
+            bottom.plot(range(len(values)), values, ".-", color=color(r), label=label(r, True))
+        top.set(title=key, xlabel="iteration", ylabel="mean divergence ||mean_w - w|| / sqrt(numel)")
+        bottom.set(xlabel="unit (record order)", ylabel="divergence at the last measurement")
+        top.legend(fontsize=8)
+    return _save(fig, path, "Parameter divergence across workers")
+
+
+def _link_x(run: dict) -> float:
+    """Link speed as 1/ratio (ratio studies) or Gbit/s: larger is a faster link either way."""
+    bw = run["config"]["bandwidth"]
+    return 1.0 / bw["comm_ratio"] if bw.get("comm_ratio") else float(bw.get("gbps") or 0.0)
+
+
+def bandwidth(runs: list[dict], path: Path) -> Path:
+    """Mean iteration time and exposed wait vs link speed, one line per algorithm."""
+    by_model: dict[str, list[dict]] = defaultdict(list)
+    for r in runs:
+        by_model[f"{r['config']['model']['name']}/{r['config']['model']['size']}, {workers(r)} workers"].append(r)
+    fig, axes = plt.subplots(2, len(by_model), figsize=(5.5 * len(by_model), 7), squeeze=False)
+    for col, (key, members) in enumerate(sorted(by_model.items())):
+        ratio = any(r["config"]["bandwidth"].get("comm_ratio") for r in members)
+        lines: dict[str, list[dict]] = defaultdict(list)
+        for r in members:
+            lines[label(r, True)].append(r)
+        for name, rs in sorted(lines.items(), key=lambda kv: _order(kv[1][0])):
+            rs = sorted(rs, key=_link_x)
+            xs = [_link_x(r) for r in rs]
+            axes[0][col].loglog(xs, [r["summary"]["mean_iteration_time"] for r in rs], "o-", color=color(rs[0]), label=name)
+            axes[1][col].semilogx(xs, [r["summary"]["mean_wait"] for r in rs], "o-", color=color(rs[0]), label=name)
+        xlabel = "link speed: backward time / all-reduce time (1 / comm_ratio)" if ratio else "link (Gbit/s)"
+        axes[0][col].set(title=key, xlabel=xlabel, ylabel="mean iteration time (s)")
+        axes[1][col].set(xlabel=xlabel, ylabel="mean exposed wait (s)")
+        axes[0][col].legend(fontsize=8)
+    return _save(fig, path, "Bandwidth sweep")
+
+
+def iteration_time(runs: list[dict], path: Path) -> Path:
+    """Stacked bars per model: compute (iteration - exposed wait) and exposed wait, per algorithm."""
+    fig, axes, panels = _panels(runs, n_rows=1, width=4.5)
+    for col, (key, members) in enumerate(panels):
+        ax = axes[0][col]
+        names = [label(r) for r in members]
+        wait = [r["summary"]["mean_wait"] for r in members]
+        busy = [r["summary"]["mean_iteration_time"] - w for r, w in zip(members, wait)]
+        ax.bar(names, busy, color=[color(r) for r in members], label="compute + other")
+        ax.bar(names, wait, bottom=busy, color="lightgrey", hatch="//", edgecolor="grey", label="exposed wait")
+        ax.set(title=key, ylabel="mean iteration time (s)")
+        ax.tick_params(axis="x", rotation=45, labelsize=8)
+        ax.legend(fontsize=7)
+    return _save(fig, path, "Iteration time (mean over timed iterations)")
+
+
+FIGURES = {
+    "convergence": [("convergence_epoch", lambda rs, p: convergence(rs, p, "epoch")),
+                    ("convergence_time", lambda rs, p: convergence(rs, p, "time"))],
+    "h_ablation": [("h_ablation", h_ablation)],
+    "divergence": [("divergence", divergence)],
+    "bandwidth": [("bandwidth", bandwidth)],
+    "iteration_time": [("iteration_time", iteration_time)],
+}
+
+
+def make_figures(runs: list[dict], out_dir: Path) -> list[Path]:
+    """Every figure whose study has runs: ``<out>/figures/<figure>[_<scale>].png``."""
+    by_study: dict[tuple, list[dict]] = defaultdict(list)
+    for r in runs:
+        by_study[(r["study"], r["scale"])].append(r)
+    written = []
+    for (study, scale), members in sorted(by_study.items()):
+        for name, draw in FIGURES.get(study, []):
+            written.append(draw(members, out_dir / "figures" / (f"{name}_{scale}.png" if scale else f"{name}.png")))
+    return written

@@ -1,0 +1,108 @@
+"""Scheduler vs optimum on the profiles DreamDDP measured in our own runs.
+
+Every DreamDDP run profiles per-unit backward and all-reduce times before it
+trains; the compact record keeps that profile.  Here each profile (one per
+model and scale, from the scheduler study when it has runs, else from any
+DreamDDP run) goes through the same study as runners/scheduler_vs_optimum.py
+on the authors' profiles (dreamddp.schedule.compare.by_units/by_bandwidth):
+the DFS scheduler's exposed wait per window against the exact optimum and
+PLSGD-ENP, cutting the profile to fewer units and scaling the link.
+Writes ``<out>/scheduler_measured/<model>_<scale>/`` (profile/, by_units.csv,
+by_bandwidth.csv) and ``<out>/figures/scheduler_measured[_<scale>].png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from dreamddp.schedule.compare import by_bandwidth, by_units  # noqa: E402
+from dreamddp.schedule.profile import load_profile  # noqa: E402
+
+RATIOS = (0.125, 0.25, 0.5, 1, 2, 4, 8)  # the runner's bandwidth ratios
+
+
+def pick_profiles(runs: list[dict]) -> dict[tuple, dict]:
+    """(scale, model) -> the run whose profile represents it (scheduler study first)."""
+    chosen: dict[tuple, dict] = {}
+    with_profile = [r for r in runs if r["extra"].get("profile_data")]
+    for r in sorted(with_profile, key=lambda r: (r["study"] != "scheduler", r["name"])):
+        key = (r["scale"], f"{r['config']['model']['name']}_{r['config']['model']['size']}")
+        chosen.setdefault(key, r)
+    return chosen
+
+
+def _write_profile(data: dict, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, content in data.items():
+        (folder / f"{name}.json").write_text(json.dumps(content, indent=1) + "\n")
+    return folder
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def study(run: dict, folder: Path) -> tuple[list[dict], list[dict], int]:
+    """Run the two studies on ``run``'s profile; CSVs under ``folder``; (by units, by bandwidth, H)."""
+    profile = load_profile(_write_profile(run["extra"]["profile_data"], folder / "profile"))
+    H = int(run["config"]["algo"]["H"])
+    n = len(profile.units)
+    if n < H:
+        raise ValueError(f"{run['name']}: {n} units < H={H}; the scheduler needs a unit per iteration")
+    units = by_units(profile, range(H, min(n, 30) + 1), H)
+    bw = by_bandwidth(profile, RATIOS, H)
+    _write_csv(folder / "by_units.csv", units)
+    _write_csv(folder / "by_bandwidth.csv", bw)
+    return units, bw, H
+
+
+def make_scheduler_figures(runs: list[dict], out_dir: Path) -> list[Path]:
+    picked = pick_profiles(runs)
+    by_scale: dict[str, list[tuple[str, dict]]] = defaultdict(list)
+    for (scale, model), run in sorted(picked.items()):
+        by_scale[scale].append((model, run))
+    written = []
+    for scale, items in by_scale.items():
+        fig, axes = plt.subplots(2, len(items), figsize=(max(7.0, 4.8 * len(items)), 7.5), squeeze=False)
+        for col, (model, run) in enumerate(items):
+            folder = out_dir / "scheduler_measured" / (f"{model}_{scale}" if scale else model)
+            units, bw, H = study(run, folder)
+            written += [folder / "by_units.csv", folder / "by_bandwidth.csv"]
+            ax = axes[0][col]
+            x = [r["units"] for r in units]
+            ax.plot(x, [r["wait_optimal"] for r in units], "k-", lw=3, alpha=0.35, label="exact optimum")
+            ax.plot(x, [r["wait_dreamddp"] for r in units], "o-", ms=4, label="DreamDDP DFS")
+            ax.plot(x, [r["wait_enp"] for r in units], "s--", ms=4, label="PLSGD-ENP")
+            ax.set(title=f"{model} (measured), H={H}", xlabel="units (profile cut)", ylabel="exposed wait per window (s)")
+            ax.legend(fontsize=8)
+            ax = axes[1][col]
+            xb = [r["bandwidth_ratio"] for r in bw]
+            ax.plot(xb, [r["wait_optimal"] for r in bw], "k-", lw=3, alpha=0.35, label="exact optimum")
+            ax.plot(xb, [r["wait_dreamddp"] for r in bw], "o-", ms=4, label="DreamDDP DFS")
+            ax.plot(xb, [r["wait_enp"] for r in bw], "s--", ms=4, label="PLSGD-ENP")
+            ax.set_xscale("log")
+            ax.set_yscale("symlog", linthresh=1e-3)  # a fully hidden window waits 0 s
+            ax.set_ylim(bottom=0)
+            ax.set_xticks(xb, [f"{r:g}" for r in xb])
+            ax.minorticks_off()
+            ax.set(xlabel="bandwidth / profiled bandwidth", ylabel="exposed wait per window (s)")
+            ax.legend(fontsize=8)
+        fig.suptitle("Scheduler vs exact optimum, profiles measured here")
+        fig.tight_layout()
+        path = out_dir / "figures" / (f"scheduler_measured_{scale}.png" if scale else "scheduler_measured.png")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written

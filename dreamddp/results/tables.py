@@ -1,0 +1,183 @@
+"""The speedup table: mean iteration time, exposed wait, time to target, DreamDDP's speedups.
+
+Runs are compared within a group: same study and scale, model, data, worker
+count and link.  Per run: mean iteration time and exposed wait (the run's
+summary: warm-up iterations excluded, dreamddp/summary.py), payload per
+iteration, final evaluation, and the time to target: the cumulative training
+time (sum of iteration times; evaluation, start-up and DreamDDP's profiling
+excluded) at the first evaluation whose metric reaches the target.
+
+Target (per group): ``target`` if given, else the worst final value among the
+group's runs (the highest final eval loss, or the lowest final accuracy), so
+every run of the group reaches it and the slowest to get there sets the pace.
+Speedups are ``baseline / dreamddp`` for iteration time and time to target;
+the DreamDDP run compared with is the one with the same H, else the group's
+only DreamDDP run.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable, Optional
+
+H_ALGOS = ("flsgd", "plsgd_enp", "dreamddp", "streaming_diloco")
+ALGO_ORDER = ("ddp", "ssgd", "ascwfbp", "dear", "flsgd", "plsgd_enp", "streaming_diloco", "dreamddp")
+HIGHER_IS_BETTER = {"accuracy": True, "loss": False, "perplexity": False}
+COLUMNS = (
+    "study", "scale", "model", "data", "workers", "link", "algorithm", "H", "iterations",
+    "mean_iteration_time_s", "mean_wait_s", "mib_per_iteration", "final_eval", "metric", "target",
+    "time_to_target_s", "speedup_iteration", "speedup_time_to_target",
+)
+
+
+def link_label(run: dict) -> str:
+    """``ratio 7`` (comm/backward set at start-up), ``1 Gbit/s``, ``ideal``; ``+ tc`` when shaped."""
+    bw = run["config"]["bandwidth"]
+    if bw["backend"] == "ideal":
+        return "ideal"
+    label = f"ratio {bw['comm_ratio']:g}" if bw.get("comm_ratio") else f"{bw['gbps']:g} Gbit/s"
+    return label + (" tc" if bw["backend"] == "tc" else "")
+
+
+def workers(run: dict) -> int:
+    return int(run["summary"].get("workers") or run["extra"].get("world_size") or 0)
+
+
+def group_key(run: dict) -> tuple:
+    c = run["config"]
+    return (run["study"], run["scale"], f"{c['model']['name']}/{c['model']['size']}", c["data"]["name"],
+            workers(run), link_label(run))
+
+
+def h_of(run: dict) -> Optional[int]:
+    algo = run["config"]["algo"]
+    return int(algo["H"]) if algo["name"] in H_ALGOS else None
+
+
+def time_to_target(run: dict, metric: str, target: float) -> Optional[float]:
+    """Training seconds at the first evaluation reaching ``target`` (None: never reached)."""
+    better = HIGHER_IS_BETTER[metric]
+    for e in run["evals"]:
+        value = e.get(metric)
+        if value is not None and (value >= target if better else value <= target) and e.get("elapsed") is not None:
+            return float(e["elapsed"])
+    return None
+
+
+def final(run: dict, metric: str) -> Optional[float]:
+    values = [e[metric] for e in run["evals"] if e.get(metric) is not None]
+    return float(values[-1]) if values else None
+
+
+def _sort_key(row: dict) -> tuple:
+    algo = row["algorithm"]
+    return (ALGO_ORDER.index(algo) if algo in ALGO_ORDER else len(ALGO_ORDER), algo, row["H"] or 0)
+
+
+def speedup_rows(runs: Iterable[dict], metric: str = "loss", targets: Optional[dict] = None) -> list[dict]:
+    """One row per run, grouped and ordered; ``targets`` maps model (``gpt2/tiny``) or ``*`` to a value."""
+    if metric not in HIGHER_IS_BETTER:
+        raise ValueError(f"metric {metric!r}: choose from {', '.join(HIGHER_IS_BETTER)}")
+    targets = targets or {}
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for run in runs:
+        groups[group_key(run)].append(run)
+    rows: list[dict] = []
+    for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
+        members = groups[key]
+        finals = [f for f in (final(r, metric) for r in members) if f is not None]
+        target = targets.get(key[2], targets.get("*"))
+        if target is None and finals:
+            target = min(finals) if HIGHER_IS_BETTER[metric] else max(finals)
+        block = []
+        for run in members:
+            s = run["summary"]
+            block.append({
+                "study": key[0], "scale": key[1], "model": key[2], "data": key[3], "workers": key[4], "link": key[5],
+                "algorithm": run["config"]["algo"]["name"], "H": h_of(run), "iterations": s.get("iterations"),
+                "mean_iteration_time_s": s.get("mean_iteration_time"), "mean_wait_s": s.get("mean_wait"),
+                "mib_per_iteration": (s.get("bytes_per_iteration") or 0.0) / 2**20,
+                "final_eval": final(run, metric), "metric": metric, "target": target,
+                "time_to_target_s": time_to_target(run, metric, target) if target is not None else None,
+            })
+        _add_speedups(block)
+        rows += sorted(block, key=_sort_key)
+    return rows
+
+
+def _ratio(num, den) -> Optional[float]:
+    return num / den if num is not None and den not in (None, 0) else None
+
+
+def _add_speedups(block: list[dict]) -> None:
+    dream = [r for r in block if r["algorithm"] == "dreamddp"]
+    for row in block:
+        same_h = [d for d in dream if d["H"] == row["H"]]
+        ref = same_h[0] if same_h else (dream[0] if len(dream) == 1 else None)
+        row["speedup_iteration"] = _ratio(row["mean_iteration_time_s"], ref and ref["mean_iteration_time_s"])
+        row["speedup_time_to_target"] = _ratio(row["time_to_target_s"], ref and ref["time_to_target_s"])
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(COLUMNS))
+        w.writeheader()
+        w.writerows({k: ("" if r.get(k) is None else r[k]) for k in COLUMNS} for r in rows)
+
+
+def _fmt(value, spec: str = ".4g") -> str:
+    return "" if value is None else (format(value, spec) if isinstance(value, float) else str(value))
+
+
+def markdown(rows: list[dict], title: str) -> str:
+    """A pivot (mean iteration time per algorithm, one line per group), then each group in detail."""
+    lines = [f"# {title}", ""]
+    labels = sorted({(r["algorithm"], r["H"]) for r in rows}, key=lambda a: _sort_key({"algorithm": a[0], "H": a[1]}))
+    name = {a: a[0] + (f" H={a[1]}" if a[1] is not None else "") for a in labels}
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["model"], r["data"], r["workers"], r["link"])].append(r)
+    lines += ["Mean iteration time (s); in brackets: DreamDDP's speedup over it.", ""]
+    lines += ["| model | data | workers | link | " + " | ".join(name[a] for a in labels) + " |"]
+    lines += ["|---" * (4 + len(labels)) + "|"]
+    for (model, data, n, link), members in groups.items():
+        by = {(r["algorithm"], r["H"]): r for r in members}
+        cells = []
+        for a in labels:
+            r = by.get(a)
+            sp = r and r["speedup_iteration"]
+            cells.append("" if r is None else _fmt(r["mean_iteration_time_s"]) + (f" ({sp:.2f}x)" if sp else ""))
+        lines.append(f"| {model} | {data} | {n} | {link} | " + " | ".join(cells) + " |")
+    for (model, data, n, link), members in groups.items():
+        m = members[0]
+        lines += ["", f"## {model} on {data}, {n} workers, link {link}: target {m['metric']} {_fmt(m['target'])}", ""]
+        lines += ["| algorithm | H | iterations | iteration (s) | exposed wait (s) | MiB/iteration | final eval "
+                  f"{m['metric']} | time to target (s) | speedup (iteration) | speedup (time to target) |"]
+        lines += ["|---" * 10 + "|"]
+        for r in members:
+            lines.append("| " + " | ".join([
+                r["algorithm"], _fmt(r["H"]), _fmt(r["iterations"]), _fmt(r["mean_iteration_time_s"]),
+                _fmt(r["mean_wait_s"]), _fmt(r["mib_per_iteration"], ".3f"), _fmt(r["final_eval"]),
+                _fmt(r["time_to_target_s"]), _fmt(r["speedup_iteration"], ".2f"),
+                _fmt(r["speedup_time_to_target"], ".2f"),
+            ]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_tables(runs: list[dict], out_dir: Path, metric: str = "loss", targets: Optional[dict] = None) -> list[Path]:
+    """``<out>/tables/<study>[_<scale>].csv|.md`` per study; returns the files written."""
+    by_study: dict[tuple, list[dict]] = defaultdict(list)
+    for run in runs:
+        by_study[(run["study"], run["scale"])].append(run)
+    written = []
+    for (study, scale), members in sorted(by_study.items()):
+        stem = f"{study}_{scale}" if scale else study
+        rows = speedup_rows(members, metric, targets)
+        csv_path, md_path = out_dir / "tables" / f"{stem}.csv", out_dir / "tables" / f"{stem}.md"
+        write_csv(rows, csv_path)
+        md_path.write_text(markdown(rows, f"{stem}: mean iteration time, exposed wait, time to target"))
+        written += [csv_path, md_path]
+    return written

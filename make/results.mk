@@ -1,0 +1,40 @@
+# Results targets (included by the Makefile): studies -> run records -> tables and figures.
+#   make figures      regenerate results/tables, results/figures, results/scheduler_measured
+#                     from the committed compact records in results/runs (seconds)
+#   make paper-cpu    run the CPU-scale studies on this host (skipping runs already
+#                     completed), copy their records to results/runs, then `make figures`
+#                     (about 35-45 min on 2 cores; see results/README.md)
+#   make results-wandb  log the speedup tables as W&B Tables (offline; `wandb sync` later)
+# Variables: CPU_STUDIES (which presets), SWEEP_ARGS (extra overrides for every sweep),
+# SWEEP_WANDB (W&B mode of the training runs; disabled keeps 40 runs from starting 40
+# W&B services on a 2-core host), RESULTS (output dir), RUNS (compact records dir).
+CPU_STUDIES ?= iteration_time_cpu convergence_cpu h_ablation_cpu divergence_cpu bandwidth_cpu scheduler_cpu
+SWEEP_ARGS ?=
+SWEEP_WANDB ?= disabled
+RESULTS ?= results
+RUNS ?= $(RESULTS)/runs
+
+.PHONY: figures paper-cpu results-wandb scheduler-reference
+
+figures: venv ## tables + figures under results/ from the committed run records (results/runs)
+	$(PY) -m dreamddp.results figures --runs $(RUNS) --out $(RESULTS)
+	@$(MAKE) --no-print-directory scheduler-reference
+
+# The authors' profiles live outside the repository (shared/reference/...); skip quietly without them.
+scheduler-reference: venv ## scheduler vs optimum on the authors' A6000 ResNet-18 profile -> results/scheduler
+	@if $(PY) -c "from dreamddp.schedule.compare import reference_root as r; r()" 2>/dev/null; then \
+	  $(PY) runners/scheduler_vs_optimum.py --out $(RESULTS)/scheduler; \
+	else echo "scheduler-reference: reference profiles not found (DREAMDDP_REFERENCE_PROFILES); kept $(RESULTS)/scheduler"; fi
+
+paper-cpu: venv ## run the CPU-scale studies (skips completed runs), collect them, then make figures
+	@start=$$(date +%s); \
+	for study in $(CPU_STUDIES); do \
+	  echo "== $$study"; \
+	  $(OFFLINE) WANDB_MODE=$(SWEEP_WANDB) $(PY) runners/sweep.py experiment=$$study $(SWEEP_ARGS) || exit $$?; \
+	done; \
+	$(PY) -m dreamddp.results collect --runs $(addprefix multirun/,$(CPU_STUDIES)) --out $(RUNS) || exit $$?; \
+	echo "paper-cpu: studies took $$(( $$(date +%s) - start )) s"
+	@$(MAKE) --no-print-directory figures
+
+results-wandb: venv ## log the speedup tables of results/runs as W&B Tables (offline, under multirun/wandb-summary)
+	$(PY) -m dreamddp.results wandb --runs $(RUNS) --dir multirun/wandb-summary --mode offline

@@ -1,0 +1,149 @@
+"""dreamddp with overlap_forward: same numerics as plain dreamddp, averages land before the next forward."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from dist_util import run_workers
+from dreamddp.algorithms import build_algorithm
+from dreamddp.algorithms.dreamddp_overlap import DreamDDPOverlap
+from dreamddp.comm.communicator import Communicator
+from dreamddp.comm.fake import FakeCommunicator
+from dreamddp.comm.link import EmulatedLink
+from dreamddp.engine.engine import PartialSyncEngine
+from dreamddp.engine.units import enumerate_units
+from engine_fixtures import algo_cfg, batch, loss_of, small_model
+
+SCHED = {"4": [0, 1], "3": [0], "2": [1], "0": [1]}  # unit 0 ("4") twice per window (bubble filling)
+
+
+def peer_zeros(kind, tag, t):
+    return [t, torch.zeros_like(t)]
+
+
+def train(comm, overlap, rank=0, steps=6, opt_name="sgd", clip=0.0, on_engine=None):
+    model = small_model()
+    algo = build_algorithm(algo_cfg("dreamddp", H=2, overlap_forward=overlap))
+    algo.set_schedule(2, SCHED)
+    engine = PartialSyncEngine(model, enumerate_units(model), comm, algo)
+    if opt_name == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.01)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0 / (1 + t))
+    if on_engine:
+        on_engine(engine, model)
+    waits = []
+    for t in range(steps):
+        engine.begin_iteration(t)
+        loss_of(model, batch(rank, t)).backward()
+        engine.end_backward()
+        engine.step(opt, clip)
+        sched.step()
+        waits.append(engine.after_step().wait)
+    engine.flush()
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone(), engine, waits
+
+
+@pytest.mark.parametrize("opt_name, clip", [("sgd", 0.0), ("adam", 0.05)])
+def test_overlap_equals_plain_dreamddp_exactly(opt_name, clip):
+    ours, engine, _ = train(FakeCommunicator(2, 0, peer_zeros), True, opt_name=opt_name, clip=clip)
+    plain, plain_engine, _ = train(FakeCommunicator(2, 0, peer_zeros), False, opt_name=opt_name, clip=clip)
+    assert isinstance(engine.algorithm, DreamDDPOverlap) and not isinstance(plain_engine.algorithm, DreamDDPOverlap)
+    assert engine.algorithm.describe()["overlap_forward"] is True
+    assert torch.equal(ours, plain)
+
+
+def test_in_flight_units_are_stepped_only_after_their_average():
+    comm = FakeCommunicator(2, 0, peer_zeros)
+    model = small_model()
+    algo = build_algorithm(algo_cfg("dreamddp", H=2, overlap_forward=True))
+    algo.set_schedule(2, SCHED)
+    engine = PartialSyncEngine(model, enumerate_units(model), comm, algo)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = engine.flat.params.clone()
+    engine.begin_iteration(0)  # phase 0 syncs units 0 and 1 ("4", "3")
+    loss_of(model, batch(0, 0)).backward()
+    engine.end_backward()
+    engine.step(opt)
+    engine.after_step()
+    a, b = engine.flat.span(0, 1)
+    assert torch.equal(engine.flat.params[:b], before[:b])  # average still pending: not stepped, not averaged
+    assert not torch.equal(engine.flat.params[b:], before[b:])  # the rest stepped at once
+    grad01 = engine.flat.grads[:b].clone()
+    assert grad01.abs().sum() > 0 and engine.flat.grads[b:].abs().sum() == 0  # kept for the deferred step
+    engine.flush()
+    torch.testing.assert_close(engine.flat.params[:b], before[:b] / 2 - 0.1 * grad01, rtol=0, atol=1e-7)
+
+
+def _slow_link(rank, world):
+    out = {}
+    for overlap in (False, True):
+        events = {"late": [], "inflight_at_step": 0, "equal": []}
+
+        def instrument(engine, model):
+            algo, handles = engine.algorithm, {}
+            real_launch, real_complete, real_step = algo.launch, algo.on_complete, engine.step
+
+            def launch(eng, op, tensor):
+                h = real_launch(eng, op, tensor)
+                handles[op.first] = h
+                return h
+
+            def on_complete(eng, op):  # right after the average landed, before the deferred step
+                mine = eng.flat.param_slice(op.first, op.last).clone()
+                gathered = [torch.empty_like(mine) for _ in range(world)]
+                dist.all_gather(gathered, mine)
+                events["equal"].append(all(torch.equal(g, mine) for g in gathered))
+                real_complete(eng, op)
+
+            def step(opt, clip=0.0):
+                events["inflight_at_step"] += sum(not h.done() for h in handles.values())
+                real_step(opt, clip)
+
+            def check(u):
+                def hook(_module, _args):
+                    h = handles.get(u)
+                    if h is not None and (h.record.complete is None or h.record.complete > time.perf_counter()):
+                        events["late"].append(u)
+                return hook
+
+            algo.launch, algo.on_complete, engine.step = launch, on_complete, step
+            for unit in engine.units:  # registered after the engine's own pre-hooks, so they run after them
+                model.get_submodule(unit.name).register_forward_pre_hook(check(unit.index))
+
+        link = EmulatedLink(gbps=0.0005, latency_ms=5.0)  # ~30-70 ms per unit average
+        final, _, waits = train(Communicator(link=link), overlap, rank, steps=5, on_engine=instrument)
+        out[overlap] = (final, events, sum(waits))
+    return out
+
+
+def test_slow_link_every_average_lands_before_the_next_forward_and_replicas_agree():
+    results = run_workers(_slow_link, 2)
+    for res in results:
+        plain, overlap = res[False], res[True]
+        torch.testing.assert_close(overlap[0], plain[0], rtol=1e-6, atol=1e-7)
+        assert overlap[1]["late"] == [] and all(overlap[1]["equal"]) and len(overlap[1]["equal"]) == 3 * 2 + 2 * 3  # t even: 2 units, odd: 3
+        assert overlap[1]["inflight_at_step"] > 0  # the step did not wait for them
+        assert plain[1]["inflight_at_step"] == 0  # plain dreamddp waited at the end of backward
+    assert not torch.equal(results[0][True][0], results[1][True][0])  # the local step after the average
+
+
+def test_simulator_overlap_saves_the_step_on_the_hand_profile():
+    from dreamddp.schedule.profile import Profile
+    from dreamddp.schedule.simulator import simulate
+
+    # Forward a, b, c; backward c=1 b=2 a=3; all-reduce c=4 b=1 a=2; step .25; every unit every iteration.
+    # Plain: averages c 1.5->5.5, b ->6.5, a ->8.5 after forward .5: wait 2 at the end of backward.
+    # Overlap: the step runs first, then a's forward waits for a's average: 2 - .25 = 1.75.
+    p = Profile(units=["c", "b", "a"], bp={"c": 1.0, "b": 2.0, "a": 3.0}, comm={"c": 4.0, "b": 1.0, "a": 2.0},
+                fwd={"a": 0.2, "b": 0.2, "c": 0.1}, nbytes={}, step_time=0.25)
+    every = {"a": [0], "b": [0], "c": [0]}
+    plain = simulate("dreamddp", p, H=1, schedule=every)
+    overlap = simulate("dreamddp_overlap", p, H=1, schedule=every, iterations=3)
+    assert (plain.mean_iter, plain.mean_wait) == (8.75, 2.0)
+    assert overlap.per_iter == [pytest.approx((8.5, 1.75))] * 3

@@ -1,0 +1,30 @@
+"""Coarse check of the simulator against a measured CPU run (the benchmark is
+runners/bench_algorithms.py): a dreamddp run profiles itself, schedules, trains
+under an emulated link in the paper's regime, and records the simulator's
+prediction next to the measurement.  Compute time on a shared 2-core machine
+is noisy, so the bound here is loose; the benchmark prints the exact ratios."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_dreamddp_run_records_prediction_close_to_measurement(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "dreamddp.cli", "algo=dreamddp", "model=gpt2", "bandwidth=ratio7",
+           "algo.H=5", "algo.profile_iterations=5", "train.iterations=15", "train.eval_every=0",
+           "train.progress=false", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["status"] == "completed"
+    assert (run_dir / "schedule.json").is_file() and (run_dir / "profile" / "bp.json").is_file()
+    measured = rec["summary"]["mean_iteration_time"]
+    predicted = rec["summary"]["predicted"]["mean_iteration_time"]
+    assert 0.6 < measured / predicted < 1.6, (measured, predicted)
+    groups = rec["extra"]["algorithm"]["groups"]
+    assert len(groups) == 5 and all(groups)  # at least one unit per iteration
+    n_units = len(rec["extra"]["units"])
+    assert sorted({u for g in groups for u in g}) == list(range(n_units))
