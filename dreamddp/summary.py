@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import statistics
 
 from tqdm import tqdm
@@ -36,7 +37,8 @@ def summarise(record, cfg, world_size: int) -> dict:
         "samples_per_second": samples / it_time if it_time > 0 else None,
         "final_loss": rows[-1]["loss"],
         "final_eval": record.data["evals"][-1] if record.data["evals"] else None,
-        "wall_time": rows[-1]["time"] + sum(r["time"] for r in rows[:-1]),
+        "train_time": sum(r["time"] for r in rows),  # training iterations only (no eval, no warm-up passes)
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # rank 0's process (Linux: KiB)
     }
     summary["text"] = render(summary)
     return summary
@@ -52,6 +54,7 @@ def render(s: dict) -> str:
         f"backward {s['mean_backward'] * 1e3:.2f}, exposed wait {s['mean_wait'] * 1e3:.2f})",
         f"  traffic           {s['bytes_per_iteration'] / 2**20:9.3f} MiB/iteration per worker (payload)",
         f"  throughput        {s['samples_per_second'] or 0:9.1f} samples/s",
+        f"  peak memory       {s['peak_rss_mib']:9.1f} MiB (rank 0 resident)",
         f"  final train loss  {s['final_loss']:9.4f}",
         f"  final eval        {evs or 'n/a'}",
     ]

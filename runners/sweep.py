@@ -6,9 +6,11 @@ Same arguments as ``dreamddp-run -m``; the jobs are the same (the preset's
 ``hydra.sweeper.params`` crossed with the command line's sweeps), run by the
 same launcher (basic, or submitit for SLURM).  Before launching, every job's
 directory ``hydra.sweep.dir/hydra.sweep.subdir`` is computed exactly as the
-launcher will, and a job whose ``run.json`` says ``completed`` is left out;
-missing, "running" (killed) or "failed" runs are run again.  So an
-interrupted study is finished by repeating its command.
+launcher will, and a job whose ``run.json`` says ``completed`` and holds the
+same resolved config as the job would run with is left out; missing,
+"running" (killed) or "failed" runs, and runs of an edited preset, are run
+again (into the same directory).  So an interrupted study is finished by
+repeating its command.
 
 That needs deterministic directories: the experiment presets use
 ``multirun/<experiment.name>/<override_dirname>``.  A job whose subdir cannot
@@ -31,6 +33,7 @@ from typing import Optional, Sequence
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.plugins import Plugins
+from omegaconf import OmegaConf
 
 from dreamddp.record import load_record
 
@@ -40,26 +43,35 @@ _EXPAND = BasicSweeper.split_arguments  # Hydra's own cartesian expansion (a sta
 _SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
-def job_dir(sweeper, overrides: Sequence[str]) -> Optional[Path]:
-    """The output directory the launcher will give this job, None when not knowable now."""
+def job_dir(sweeper, overrides: Sequence[str]) -> tuple[Optional[Path], Optional[dict]]:
+    """(output directory the launcher will give this job, its resolved task config); None when unknowable."""
     cfg = sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, list(overrides))
     previous = HydraConfig.instance().cfg
     try:
         HydraConfig.instance().set_config(cfg)  # for ${hydra:...} in the directory names
-        return Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+        directory = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+        task = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
+        return directory, task
     except Exception:  # noqa: BLE001  e.g. hydra.job.num: set by the launcher only
-        return None
+        return None, None
     finally:
         HydraConfig.instance().cfg = previous
 
 
-def completed(directory: Optional[Path]) -> bool:
+def completed(directory: Optional[Path], task: Optional[dict]) -> bool:
+    """The run in ``directory`` completed with exactly this config (run records store it resolved)."""
     if directory is None:
         return False
     try:
-        return load_record(directory).get("status") == "completed"
+        record = load_record(directory)
     except (OSError, ValueError):
         return False
+    if record.get("status") != "completed":
+        return False
+    if record.get("config") != task:
+        log.info("config changed since the completed run, running it again: %s", directory)
+        return False
+    return True
 
 
 def split_skipping_completed(self, overrides, max_batch_size):
@@ -67,8 +79,8 @@ def split_skipping_completed(self, overrides, max_batch_size):
     (jobs,) = _EXPAND(overrides, None)
     todo = []
     for job in jobs:
-        directory = job_dir(self, job)
-        if completed(directory):
+        directory, task = job_dir(self, job)
+        if completed(directory, task):
             log.info("skip (completed): %s", directory)
         else:
             todo.append(job)
@@ -88,9 +100,14 @@ def main(argv: Optional[list[str]] = None) -> None:
     sweeper_class.split_arguments = split_skipping_completed
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
     from dreamddp import cli
+    from dreamddp.config import conf_dir
 
+    # cli.main() would refuse hydra/launcher=submitit_slurm: its one-line group check
+    # looks only at conf/hydra/launcher/*.yaml, not at plugin configs in Hydra's
+    # ConfigStore.  Hydra's own groups are left to Hydra here; ours are still checked.
+    cli.check_group_options([a for a in args if not a.lstrip("+~").startswith("hydra/")], conf_dir())
     sys.argv = ["dreamddp-run", "--multirun", *args]
-    cli.main()
+    cli._hydra_main()
 
 
 if __name__ == "__main__":

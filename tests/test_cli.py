@@ -44,7 +44,9 @@ def _processes_mentioning(text: str) -> list[int]:
 def test_help_lists_groups(tmp_path):
     out, _ = _run(["--help"], tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "algo: ascwfbp, ddp, dreamddp, flsgd, plsgd_enp, ssgd" in out.stdout
+    from dreamddp.algorithms import ALGORITHMS
+
+    assert "algo: " + ", ".join(sorted(ALGORITHMS)) in out.stdout
     assert not (tmp_path / "outputs").exists()
 
 

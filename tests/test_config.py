@@ -39,8 +39,9 @@ def test_every_option_composes_and_validates(compose_cfg, group, option):
     name_key = {"bandwidth": None, "experiment": "experiment.name"}.get(group, f"{group}.name")
     if name_key:
         assert OmegaConf.select(cfg, name_key) == expected_name
-    if group == "data" and option in NETWORK_DATA and _needs_network(cfg):
-        with pytest.raises(ConfigError, match=f"data={option}"):
+    if cfg.data.name in NETWORK_DATA and _needs_network(cfg):
+        # data=cifar10 etc., or a paper-scale experiment preset that selects such data
+        with pytest.raises(ConfigError, match=f"data={cfg.data.name}"):
             validate(cfg)
     else:
         validate(cfg)
@@ -160,6 +161,10 @@ BAD = [
     (["algo.H=0"], "algo.H=0: must be >= 1"),
     (["algo.bucket_mb=0"], "algo.bucket_mb=0.0: must be > 0"),
     (["algo=dreamddp", "algo.schedule=/x.json"], "algo.schedule=/x.json: file not found"),
+    (["algo=streaming_diloco", "algo.tau=10"], "algo.tau=10: must be between 0 and algo.H-1=9"),
+    (["algo=streaming_diloco", "algo.fragments=11"], "algo.fragments=11: must be between 1 and algo.H=10"),
+    (["algo=streaming_diloco", "algo.alpha=1.5"], "algo.alpha=1.5: must be in [0, 1]"),
+    (["algo=streaming_diloco", "algo.quantize=int8"], "algo.quantize=int8: unknown value"),
     (["train.iterations=0"], "train.iterations=0: must be >= 1"),
     (["train.batch_size=0"], "train.batch_size=0: must be >= 1"),
     (["train.lr=0"], "train.lr=0.0: must be > 0"),

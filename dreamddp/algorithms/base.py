@@ -18,6 +18,8 @@ class Algorithm:
     name = "base"
     uses_engine = True  # False: the model syncs itself (torch DDP)
     uses_forward_hooks = False  # True: engine installs per-unit forward pre-hooks
+    owns_optimizer_step = False  # True: engine.step calls optimizer_step() instead of clip + optimizer.step()
+    owns_grad_zeroing = False  # True: begin_iteration leaves the flat gradient buffer alone
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
@@ -33,6 +35,10 @@ class Algorithm:
         if op.collective != "all_reduce":
             raise ValueError(f"{self.name}: collective {op.collective!r} needs its own launch()")
         return engine.comm.all_reduce_avg(tensor, tag=tag)
+
+    def optimizer_step(self, engine, optimizer, grad_clip: float) -> None:
+        """Only for algorithms with ``owns_optimizer_step`` (e.g. DeAR's per-group updates)."""
+        raise TypeError(f"{type(self).__name__} sets owns_optimizer_step but defines no optimizer_step()")
 
     # Lifecycle callbacks (no-ops by default).
     def on_complete(self, engine, op: SyncOp) -> None: ...

@@ -88,6 +88,7 @@ def _check_local(cfg: DictConfig) -> None:
     schedule = cfg.algo.schedule
     if schedule is not None and not os.path.isfile(schedule):
         raise ConfigError(f"algo.schedule={schedule}: file not found")
+    _check_diloco(cfg)
 
     _check_bandwidth(cfg)
     _choice(cfg, "wandb.mode", WANDB_MODES)
@@ -99,6 +100,23 @@ def _check_local(cfg: DictConfig) -> None:
         raise ConfigError(f"data.eval_fraction={frac}: must be in (0, 1)")
     if cfg.model.vocab_size is not None:
         _at_least(cfg, "model.vocab_size", 1)
+
+
+def _check_diloco(cfg: DictConfig) -> None:
+    """Streaming DiLoCo's options (checked whatever the algorithm: they are plain ranges)."""
+    a = cfg.algo
+    if not 1 <= a.fragments <= a.H:
+        raise ConfigError(f"algo.fragments={a.fragments}: must be between 1 and algo.H={a.H}")
+    if not 0 <= a.tau < a.H:
+        raise ConfigError(f"algo.tau={a.tau}: must be between 0 and algo.H-1={a.H - 1}")
+    if not 0 <= a.alpha <= 1:
+        raise ConfigError(f"algo.alpha={a.alpha}: must be in [0, 1]")
+    _positive(cfg, "algo.outer_lr")
+    if not 0 <= a.outer_momentum < 1:
+        raise ConfigError(f"algo.outer_momentum={a.outer_momentum}: must be in [0, 1)")
+    _choice(cfg, "algo.quantize", ("none", "fp16", "e3m0"))
+    _choice(cfg, "algo.fragment_pattern", ("sequential", "strided"))
+    _at_least(cfg, "algo.quant_block", 0)
 
 
 def _check_bandwidth(cfg: DictConfig) -> None:

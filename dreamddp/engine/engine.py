@@ -93,7 +93,7 @@ class PartialSyncEngine:
         self._missing = list(self._missing_template)
         self.stats = IterationStats(t, sampled=bool(self.sample_every) and t % self.sample_every == 0)
         self.stats.start = time.perf_counter()
-        if not getattr(self.algorithm, "owns_grad_zeroing", False):
+        if not self.algorithm.owns_grad_zeroing:
             self.flat.zero_grads()
 
     def end_backward(self) -> None:
@@ -105,7 +105,7 @@ class PartialSyncEngine:
         self._wait(When.END_OF_BACKWARD)
 
     def step(self, optimizer: torch.optim.Optimizer, grad_clip: float = 0.0) -> None:
-        if getattr(self.algorithm, "owns_optimizer_step", False):
+        if self.algorithm.owns_optimizer_step:
             # The algorithm applies (or defers) the update itself, clipping included.
             self.algorithm.optimizer_step(self, optimizer, grad_clip)
             return

@@ -30,6 +30,13 @@ def _special_ids(default: int, vocab_size: int) -> dict:
     return {"bos_token_id": tid, "eos_token_id": tid}
 
 
+def _causal_lm_loss(model: nn.Module) -> nn.Module:
+    """Name the loss transformers already uses: it derives the name from the class name,
+    which for GPT2LMHeadModel matches nothing and logs a warning in every worker."""
+    model.loss_type = "ForCausalLM"
+    return model
+
+
 def build_gpt2(
     *, n_layer: int, n_embd: int, n_head: int, n_positions: int, vocab_size: int
 ) -> nn.Module:
@@ -45,7 +52,7 @@ def build_gpt2(
         attn_implementation=ATTN_IMPLEMENTATION,
         **_special_ids(50256, vocab_size),
     )
-    return GPT2LMHeadModel(config)
+    return _causal_lm_loss(GPT2LMHeadModel(config))
 
 
 def build_llama(
@@ -70,4 +77,4 @@ def build_llama(
         vocab_size=vocab_size,
         attn_implementation=ATTN_IMPLEMENTATION,
     )
-    return LlamaForCausalLM(config)
+    return _causal_lm_loss(LlamaForCausalLM(config))

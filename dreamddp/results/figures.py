@@ -130,7 +130,7 @@ def divergence(runs: list[dict], path: Path) -> Path:
             values = list(last.values()) if isinstance(last, dict) else list(last)
             bottom.plot(range(len(values)), values, ".-", color=color(r), label=label(r, True))
         top.set(title=key, xlabel="iteration", ylabel="mean divergence ||mean_w - w|| / sqrt(numel)")
-        bottom.set(xlabel="unit (record order)", ylabel="divergence at the last measurement")
+        bottom.set(xlabel="unit (backward order: output side first)", ylabel="divergence at the last measurement")
         top.legend(fontsize=8)
     return _save(fig, path, "Parameter divergence across workers")
 

@@ -1,0 +1,102 @@
+"""A real single-node SLURM (slurm/local/*.sh) running a two-run sweep through submitit.
+
+Each SLURM job is one task (hydra-submitit-launcher's default shape); inside
+it dreamddp-run sees SLURM_NTASKS=1 and starts cluster.nproc workers with
+torchrun.  The cluster is started for this module and always stopped.
+Skipped, with the reason, where not root or slurm-wlm cannot be installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LOCAL = REPO / "slurm" / "local"
+
+
+def _have_slurm() -> bool:
+    return all(shutil.which(c, path=os.environ.get("PATH", "") + ":/usr/sbin") for c in ("slurmctld", "slurmd", "sbatch", "munged"))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("a local SLURM needs root (slurmd runs job steps as the submitting user)")
+    if not _have_slurm():
+        p = subprocess.run([str(LOCAL / "install.sh")], capture_output=True, text=True, timeout=900)
+        if p.returncode != 0 or not _have_slurm():
+            pytest.skip(f"slurm-wlm could not be installed: {(p.stderr or p.stdout).strip()[-300:]}")
+    state = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "DREAMDDP_SLURM_DIR": str(state), "DREAMDDP_SLURM_PORT": os.environ.get("DREAMDDP_SLURM_PORT", "6827")}
+    try:
+        p = subprocess.run([str(LOCAL / "start.sh")], env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        yield {**env, "SLURM_CONF": str(state / "slurm.conf")}
+    finally:
+        subprocess.run([str(LOCAL / "stop.sh")], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_cluster_is_one_idle_node_with_this_hosts_cpus(cluster):
+    out = subprocess.run(["sinfo", "-h", "-o", "%t %c"], env=cluster, capture_output=True, text=True, timeout=30)
+    state, cpus = out.stdout.split()
+    assert state == "idle" and int(cpus) == os.cpu_count()
+
+
+def test_submitit_sweep_of_two_runs_completes(cluster, tmp_path):
+    sweep = tmp_path / "sweep"
+    env = {**cluster, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    args = ["runners/sweep.py", "experiment=divergence_cpu", "hydra/launcher=submitit_slurm", "cluster=slurm",
+            "cluster.nproc=2", "cluster.threads_per_worker=1", "model=resnet18", "algo=ssgd,flsgd",
+            "bandwidth=ideal", "train.iterations=3", "data.eval_batches=1", f"hydra.sweep.dir={sweep}",
+            "hydra.launcher.cpus_per_task=2", "hydra.launcher.timeout_min=10"]
+    p = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=560)
+    logs = "\n".join(f.read_text()[-1500:] for f in sweep.rglob(".submitit/*/*.err")) if sweep.exists() else ""
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:] + logs
+    records = sorted(sweep.glob("*/run.json"))
+    assert len(records) == 2, list(sweep.iterdir())
+    for path in records:
+        rec = json.loads(path.read_text())
+        assert rec["status"] == "completed", (path, rec.get("error"))
+        assert rec["config"]["cluster"]["name"] == "slurm" and rec["summary"]["workers"] == 2
+    # each run was its own SLURM job: array tasks <id>_0 and <id>_1 (submitit's folder per job)
+    jobs = [d for d in (sweep / ".submitit").iterdir() if d.is_dir() and "_" in d.name]
+    assert len(jobs) == 2, jobs
+
+
+def test_one_task_per_worker_shape(cluster, tmp_path):
+    """slurm_gpu's default shape: cluster.nproc SLURM tasks, each one worker (srun identity, no torchrun)."""
+    sweep = tmp_path / "sweep"
+    env = {**cluster, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    args = ["runners/sweep.py", "experiment=divergence_cpu", "hydra/launcher=slurm_gpu", "cluster=slurm",
+            "cluster.nproc=2", "cluster.threads_per_worker=1", "model=resnet18", "algo=flsgd", "bandwidth=ideal",
+            "train.iterations=3", "data.eval_batches=1", f"hydra.sweep.dir={sweep}",
+            "hydra.launcher.gpus_per_node=null", "hydra.launcher.timeout_min=10"]
+    p = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=560)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    (record,) = sweep.glob("*/run.json")
+    rec = json.loads(record.read_text())
+    assert rec["status"] == "completed" and rec["summary"]["workers"] == 2
+    logs = sorted(p.name for p in (sweep / ".submitit").rglob("*_log.out"))
+    assert len(logs) == 2, logs  # one submitit log per SLURM task: two tasks, no torchrun inside
+
+
+def test_plain_sbatch_template_with_torchrun_rendezvous(cluster, tmp_path):
+    """slurm/dreamddp.sbatch: torchrun per node, c10d rendezvous on the first host of the allocation."""
+    env = {**cluster, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "GPUS_PER_NODE": "2",
+           "PYTHON": sys.executable, "RUN_DIR": str(tmp_path / "run")}
+    cmd = ["sbatch", "--wait", "--nodes=1", "--gpus-per-node=0", "--cpus-per-task=2", f"--output={tmp_path}/job.out",
+           str(REPO / "slurm" / "dreamddp.sbatch"), "model=resnet18", "algo=flsgd", "train.iterations=3",
+           "data.eval_batches=1", "train.progress=false"]
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    out = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert p.returncode == 0, p.stderr + out[-3000:]
+    assert "rendezvous " in out
+    rec = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert rec["status"] == "completed" and rec["summary"]["workers"] == 2
