@@ -81,7 +81,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     _write_csv(out / "by_units.csv", units)
     _write_csv(out / "by_bandwidth.csv", bw)
-    _plot(out / "scheduler_vs_optimum.png", units, bw, f"{d} , H={args.H}")
+    label = d.relative_to(reference_root()) if d.is_relative_to(reference_root()) else d
+    _plot(out / "scheduler_vs_optimum.png", units, bw, f"{label}, H={args.H}")
     gaps = [r["wait_dreamddp"] - r["wait_optimal"] for r in units + bw]
     print(f"{len(gaps)} instances, DFS == optimum in {sum(g <= 1e-12 for g in gaps)}, worst gap {max(gaps):.3g} s")
     print(f"wrote {out}/by_units.csv, by_bandwidth.csv, scheduler_vs_optimum.png")

@@ -26,8 +26,9 @@ from dreamddp.models import (
     MODELS, SIZES, build_model, compute_loss, evaluate, max_positions, model_units,
 )
 from dreamddp.models import transformers_lm
+from dreamddp.schedule.compare import reference_root
 
-PROFILES = Path("/work/shared/reference/official-profiles")
+PROFILES = reference_root()
 OUTPUT_UNIT = {"resnet18": "linear", "resnet50": "linear", "gpt2": "transformer.ln_f",
                "llama2": "lm_head"}
 INPUT_UNIT = {"resnet18": "conv1", "resnet50": "conv1", "gpt2": "transformer.wte",

@@ -32,10 +32,10 @@ from dreamddp.schedule.simulator import simulate
 
 
 def reference_root() -> Path:
-    """The authors' reference profiles: $DREAMDDP_REFERENCE_PROFILES, ./shared/..., /work/shared/..."""
+    """The authors' reference profiles: $DREAMDDP_REFERENCE_PROFILES, else shared/ beside the checkout."""
     candidates = [os.environ.get("DREAMDDP_REFERENCE_PROFILES", "")]
-    candidates += [str(Path(__file__).resolve().parents[2] / "shared/reference/official-profiles")]
-    candidates += ["/work/shared/reference/official-profiles"]
+    repo = Path(__file__).resolve().parents[2]
+    candidates += [str(repo.parent / "shared/reference/official-profiles"), str(repo / "shared/reference/official-profiles")]
     for c in candidates:
         if c and Path(c).is_dir():
             return Path(c)
