@@ -20,32 +20,18 @@ Writes ``bench.csv`` / ``bench.md`` and keeps the run records under ``--out``.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import os
-import subprocess
-import sys
-import time
+
+from benchlib import run_training, write_tables
 
 ALGOS = ["ssgd", "ascwfbp", "flsgd", "plsgd_enp", "dreamddp"]
 
 
 def run(algo: str, out: str, args, extra: list[str]) -> dict:
-    run_dir = os.path.join(out, algo)
-    cmd = [
-        sys.executable, "-m", "dreamddp.cli", f"algo={algo}", f"model={args.model}", f"data={args.data}",
-        f"train.iterations={args.iterations}", f"cluster.nproc={args.nproc}", f"algo.H={args.H}",
-        "train.progress=false", "train.eval_every=0", f"hydra.run.dir={run_dir}", *extra, *args.override,
-    ]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
-        raise SystemExit(f"bench: algo={algo} failed (exit {proc.returncode})")
-    with open(os.path.join(run_dir, "run.json")) as f:
-        rec = json.load(f)
-    rec["_wall"] = time.perf_counter() - t0
-    return rec
+    return run_training(os.path.join(out, algo), [
+        f"algo={algo}", f"model={args.model}", f"data={args.data}", f"train.iterations={args.iterations}",
+        f"cluster.nproc={args.nproc}", f"algo.H={args.H}", "train.eval_every=0", *extra, *args.override,
+    ], label=f"algo={algo}")
 
 
 def predictions(dream: dict, run_dir: str, algos: list[str], args, gbps: float) -> dict:
@@ -107,14 +93,7 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"{r['algorithm']:<11}{r['measured_s']:>10.4f}{r['predicted_s']:>11.4f}{r['measured/predicted']:>8.3f}"
               f"{r['exposed_wait_s']:>9.4f}{r['predicted_wait_s']:>11.4f}{r['MiB_per_iter']:>9.3f}{r['speedup_of_dreamddp']:>12.3f}")
-    with open(os.path.join(args.out, "bench.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    with open(os.path.join(args.out, "bench.md"), "w") as f:
-        f.write(f"{header}\n\n| " + " | ".join(rows[0]) + " |\n|" + "---|" * len(rows[0]) + "\n")
-        for r in rows:
-            f.write("| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in r.values()) + " |\n")
+    write_tables(args.out, "bench", header, rows)
     return 0
 
 

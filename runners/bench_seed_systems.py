@@ -26,11 +26,9 @@ Writes ``seed_systems.csv`` / ``.md`` and keeps the run records under ``--out``.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import os
-import subprocess
-import sys
+
+from benchlib import run_training, write_tables
 
 RUNS = {  # label -> Hydra overrides
     "ssgd": ["algo=ssgd"],
@@ -43,27 +41,11 @@ SIM_NAME = {"dreamddp+overlap": "dreamddp_overlap"}
 
 
 def run(label: str, overrides: list[str], args) -> dict:
-    run_dir = os.path.abspath(os.path.join(args.out, label.replace("+", "_")))
-    cmd = [
-        sys.executable, "-m", "dreamddp.cli", *overrides, f"model={args.model}", f"data={args.data}",
-        f"train.iterations={args.iterations}", f"cluster.nproc={args.nproc}", f"algo.H={args.H}",
-        "bandwidth.backend=emulated", f"bandwidth.gbps={args.gbps}", "train.progress=false", "train.eval_every=0",
-        f"hydra.run.dir={run_dir}", *args.override,
-    ]
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "bench.log"), "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)  # rusage of the whole reaped tree
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        with open(os.path.join(run_dir, "bench.log")) as f:
-            sys.stderr.write(f.read()[-4000:])
-        raise SystemExit(f"bench: {label} failed (exit {proc.returncode}); log in {run_dir}/bench.log")
-    with open(os.path.join(run_dir, "run.json")) as f:
-        rec = json.load(f)
-    rec["_peak_rss"] = usage.ru_maxrss * 1024  # Linux: KiB
-    rec["_dir"] = run_dir
-    return rec
+    return run_training(os.path.join(args.out, label.replace("+", "_")), [
+        *overrides, f"model={args.model}", f"data={args.data}", f"train.iterations={args.iterations}",
+        f"cluster.nproc={args.nproc}", f"algo.H={args.H}", "bandwidth.backend=emulated",
+        f"bandwidth.gbps={args.gbps}", "train.eval_every=0", *args.override,
+    ], label=label)
 
 
 def predict(records: dict, args) -> dict:
@@ -134,14 +116,7 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"{r['algorithm']:<18}{r['iter_s']:>9.4f}{r['predicted_s']:>9.4f}{r['wait_s']:>9.4f}{r['MiB_per_iter']:>9.3f}"
               f"{r['wire_MiB_per_iter']:>9.3f}{r['peak_rss_MiB']:>9.1f}{r['time_vs_dreamddp']:>9.3f}{r['bytes_vs_dreamddp']:>9.3f}{r['rss_vs_dreamddp']:>9.3f}")
-    with open(os.path.join(args.out, "seed_systems.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    with open(os.path.join(args.out, "seed_systems.md"), "w") as f:
-        f.write(f"{header}\n\n| " + " | ".join(rows[0]) + " |\n|" + "---|" * len(rows[0]) + "\n")
-        for r in rows:
-            f.write("| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in r.values()) + " |\n")
+    write_tables(args.out, "seed_systems", header, rows)
     return 0
 
 

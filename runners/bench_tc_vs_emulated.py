@@ -22,12 +22,9 @@ Needs root (or unprivileged user namespaces), ``ip`` and ``tc``.  Writes
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import os
-import subprocess
-import sys
-import time
+
+from benchlib import run_training, write_tables
 
 ALGOS = ["ssgd", "ascwfbp", "flsgd", "plsgd_enp", "dreamddp"]
 COLUMNS = ["algorithm", "tc_s", "emulated_s", "tc/emulated", "tc_wait_s", "emulated_wait_s",
@@ -63,32 +60,19 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _run(a: argparse.Namespace, algo: str, backend: str, extra: list[str]) -> dict:
     """One dreamddp-run job; its run record (the log is kept next to it)."""
-    run_dir = os.path.join(a.out, "runs", f"{algo}_{backend}")
-    cmd = [
-        sys.executable, "-m", "dreamddp.cli", f"algo={algo}", f"model={a.model}",
-        *([f"data={a.data}"] if a.data else []),
+    overrides = [
+        f"algo={algo}", f"model={a.model}", *([f"data={a.data}"] if a.data else []),
         f"train.iterations={a.iterations}", f"train.batch_size={a.batch_size}", f"data.block_size={a.block_size}",
-        f"cluster.nproc={a.nproc}", "train.progress=false", "train.eval_every=0", "data.eval_batches=1",
-        f"bandwidth.backend={backend}", f"bandwidth.gbps={a.gbps}", f"hydra.run.dir={os.path.abspath(run_dir)}",
-        *extra, *a.override,
+        f"cluster.nproc={a.nproc}", "train.eval_every=0", "data.eval_batches=1",
+        f"bandwidth.backend={backend}", f"bandwidth.gbps={a.gbps}", *extra, *a.override,
     ]
     if algo in ("flsgd", "plsgd_enp", "dreamddp"):
-        cmd.append(f"algo.H={a.H}")
+        overrides.append(f"algo.H={a.H}")
     if backend == "emulated":
-        cmd.append(f"bandwidth.calibration={a.calibration}")
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "stdout_stderr.log"), "w") as f:
-        f.write(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-3000:])
-        raise SystemExit(f"bench_tc_vs_emulated: algo={algo} backend={backend} failed (exit {proc.returncode}); "
-                         f"log in {run_dir}/stdout_stderr.log")
-    with open(os.path.join(run_dir, "run.json")) as f:
-        rec = json.load(f)
-    print(f"  {algo:<10} {backend:<9} {rec['summary']['mean_iteration_time']:.4f} s/it "
-          f"({time.perf_counter() - t0:.0f} s wall)", flush=True)
+        overrides.append(f"bandwidth.calibration={a.calibration}")
+    rec = run_training(os.path.join(a.out, "runs", f"{algo}_{backend}"), overrides, label=f"algo={algo} backend={backend}")
+    print(f"  {algo:<10} {backend:<9} {rec['summary']['mean_iteration_time']:.4f} s/it ({rec['_wall']:.0f} s wall)",
+          flush=True)
     return rec
 
 
@@ -107,17 +91,6 @@ def compare(a: argparse.Namespace, algo: str) -> dict:
     }
 
 
-def write_tables(a: argparse.Namespace, header: str, rows: list[dict]) -> None:
-    with open(os.path.join(a.out, "tc_vs_emulated.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    with open(os.path.join(a.out, "tc_vs_emulated.md"), "w") as f:
-        f.write(f"{header}\n\n| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n")
-        for r in rows:
-            f.write("| " + " | ".join(f"{r[c]:.4f}" if isinstance(r[c], float) else str(r[c]) for c in COLUMNS) + " |\n")
-
-
 def main(argv=None) -> int:
     a = parse_args(argv)
     from dreamddp.netshape import TcUnavailable, check_tc_available
@@ -132,7 +105,7 @@ def main(argv=None) -> int:
               f"times are means over timed iterations (seconds)")
     print(header, flush=True)
     rows = [compare(a, algo) for algo in a.algos]
-    write_tables(a, header, rows)
+    write_tables(a.out, "tc_vs_emulated", header, [{c: r[c] for c in COLUMNS} for r in rows])
     print(f"{'algorithm':<11}{'tc':>9}{'emulated':>10}{'ratio':>8}{'tc wait':>9}{'emu wait':>10}{'compute':>9}{'MiB/it':>8}")
     for r in rows:
         print(f"{r['algorithm']:<11}{r['tc_s']:>9.4f}{r['emulated_s']:>10.4f}{r['tc/emulated']:>8.3f}"

@@ -21,6 +21,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 from dreamddp.results.tables import ALGO_ORDER, h_of, link_label, workers  # noqa: E402
 
@@ -50,7 +51,7 @@ def epoch(run: dict, iteration: int) -> float:
 
 def panel_key(run: dict) -> str:
     c = run["config"]
-    return f"{c['model']['name']}/{c['model']['size']} on {c['data']['name']}, {workers(run)} workers, {link_label(run)}"
+    return f"{c['model']['name']}/{c['model']['size']} on {c['data']['name']}\n{workers(run)} workers, link {link_label(run)}"
 
 
 def _panels(runs: list[dict], n_rows: int = 1, width: float = 5.0, height: float = 3.8):
@@ -172,11 +173,12 @@ def iteration_time(runs: list[dict], path: Path) -> Path:
         names = [label(r) for r in members]
         wait = [r["summary"]["mean_wait"] for r in members]
         busy = [r["summary"]["mean_iteration_time"] - w for r, w in zip(members, wait)]
-        ax.bar(names, busy, color=[color(r) for r in members], label="compute + other")
-        ax.bar(names, wait, bottom=busy, color="lightgrey", hatch="//", edgecolor="grey", label="exposed wait")
+        ax.bar(names, busy, color=[color(r) for r in members])
+        ax.bar(names, wait, bottom=busy, color="lightgrey", hatch="//", edgecolor="grey")
         ax.set(title=key, ylabel="mean iteration time (s)")
         ax.tick_params(axis="x", rotation=45, labelsize=8)
-        ax.legend(fontsize=7)
+        ax.legend(handles=[Patch(facecolor="white", edgecolor="black", label="compute + other (colour: algorithm)"),
+                           Patch(facecolor="lightgrey", hatch="//", edgecolor="grey", label="exposed wait")], fontsize=7)
     return _save(fig, path, "Iteration time (mean over timed iterations)")
 
 

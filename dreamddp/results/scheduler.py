@@ -22,6 +22,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from dreamddp.schedule.compare import by_bandwidth, by_units  # noqa: E402
 from dreamddp.schedule.profile import load_profile  # noqa: E402
@@ -85,6 +86,7 @@ def make_scheduler_figures(runs: list[dict], out_dir: Path) -> list[Path]:
             ax.plot(x, [r["wait_dreamddp"] for r in units], "o-", ms=4, label="DreamDDP DFS")
             ax.plot(x, [r["wait_enp"] for r in units], "s--", ms=4, label="PLSGD-ENP")
             ax.set(title=f"{model} (measured), H={H}", xlabel="units (profile cut)", ylabel="exposed wait per window (s)")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.legend(fontsize=8)
             ax = axes[1][col]
             xb = [r["bandwidth_ratio"] for r in bw]
