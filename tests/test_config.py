@@ -165,6 +165,7 @@ BAD = [
     (["algo=streaming_diloco", "algo.fragments=11"], "algo.fragments=11: must be between 1 and algo.H=10"),
     (["algo=streaming_diloco", "algo.alpha=1.5"], "algo.alpha=1.5: must be in [0, 1]"),
     (["algo=streaming_diloco", "algo.quantize=int8"], "algo.quantize=int8: unknown value"),
+    (["algo=ddp", "bandwidth=1gbit"], "algo=ddp is not paced by the emulated link"),
     (["train.iterations=0"], "train.iterations=0: must be >= 1"),
     (["train.batch_size=0"], "train.batch_size=0: must be >= 1"),
     (["train.lr=0"], "train.lr=0.0: must be > 0"),

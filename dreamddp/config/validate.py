@@ -126,6 +126,9 @@ def _check_bandwidth(cfg: DictConfig) -> None:
     _positive(cfg, "bandwidth.comm_ratio", optional=True)
     _positive(cfg, "bandwidth.calibration")
     _at_least(cfg, "bandwidth.latency_ms", 0)
+    if b.backend == "emulated" and cfg.algo.name == "ddp":
+        raise ConfigError("algo=ddp is not paced by the emulated link (DDP talks to the process group itself); "
+                          "use bandwidth=ideal or a tc_* preset")
     if b.backend == "emulated" and b.gbps is None and b.comm_ratio is None:
         raise ConfigError("bandwidth.gbps: required for backend emulated (or set bandwidth.comm_ratio)")
     if b.gbps is not None and b.comm_ratio is not None:
