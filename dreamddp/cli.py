@@ -74,6 +74,8 @@ def check_group_options(argv: list[str], config_dir: str) -> None:
         except Exception:  # noqa: BLE001  malformed: Hydra reports it in its own words
             continue
         group = Path(config_dir) / override.key_or_group
+        if override.key_or_group.startswith("hydra/"):
+            continue  # Hydra's own groups also hold plugin configs (submitit_slurm) we cannot list here
         if override.is_delete() or override.package or not group.is_dir():
             continue
         options = sorted(p.stem for p in group.glob("*.yaml"))
@@ -144,6 +146,10 @@ _hydra_main = hydra.main(config_path=conf_dir(), config_name=CONFIG_NAME, versio
 
 def main() -> None:
     check_group_options(sys.argv[1:], conf_dir())
+    if any(a in ("-m", "--multirun") for a in sys.argv[1:]):
+        from dreamddp import sweep_filter
+
+        sweep_filter.install()  # a repeated sweep skips its completed runs
     _hydra_main()
 
 

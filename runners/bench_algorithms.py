@@ -7,8 +7,10 @@ One script, one machine, runs made back to back:
    link's rate, profiles per unit and schedules.
 2. Every other algorithm at exactly that rate (``bandwidth.gbps``).
 3. The simulator predicts each algorithm's mean iteration time from the
-   dreamddp run's profile and link; the table prints measured, predicted and
-   their ratio, plus exposed wait, traffic and speedups relative to dreamddp.
+   dreamddp run's per-unit profile (its compute totals taken from the ssgd
+   run's steady state, see ``steady_profile``) and the link model; the table
+   prints measured, predicted and their ratio, plus exposed wait, traffic and
+   speedups relative to dreamddp.
 
 Usage::
 
@@ -24,6 +26,8 @@ import os
 
 from benchlib import run_training, write_tables
 
+from dreamddp.summary import warmup_cut
+
 ALGOS = ["ssgd", "ascwfbp", "flsgd", "plsgd_enp", "dreamddp"]
 
 
@@ -34,23 +38,44 @@ def run(algo: str, out: str, args, extra: list[str]) -> dict:
     ], label=f"algo={algo}")
 
 
-def predictions(dream: dict, run_dir: str, algos: list[str], args, gbps: float) -> dict:
+def steady_profile(profile, anchor: dict):
+    """The dreamddp run's per-unit profile with its totals set to a steady-state training run's.
+
+    Warm-up profiling passes run right after start-up and time the compute
+    some 10% low on this machine; the anchor run (ssgd: communication never
+    overlaps its compute) measures forward, backward and the rest of the
+    iteration (step, bookkeeping) while training.  Per-unit shares come from
+    the profile, totals from the anchor; the link stays the model's.
+    """
+    from dataclasses import replace
+
+    s = anchor["summary"]
+    rows = anchor["iterations"][warmup_cut(len(anchor["iterations"])):]
+    other = sum(r["time"] - r["forward"] - r["backward"] - r["wait"] for r in rows) / len(rows)
+    fwd_scale = s["mean_forward"] / sum(profile.fwd.values())
+    bp_scale = s["mean_backward"] / sum(profile.bp.values())
+    return replace(profile, fwd={u: v * fwd_scale for u, v in profile.fwd.items()},
+                   bp={u: v * bp_scale for u, v in profile.bp.items()}, step_time=other)
+
+
+def predictions(records: dict, run_dir: str, args, gbps: float) -> dict:
     from dreamddp.algorithms.partial import equal_count_groups
     from dreamddp.schedule import load_profile, load_schedule
     from dreamddp.schedule.simulator import simulate
 
     profile = load_profile(os.path.join(run_dir, "profile"))
+    if "ssgd" in records:
+        profile = steady_profile(profile, records["ssgd"])
     _, dream_sched = load_schedule(os.path.join(run_dir, "schedule.json"))
-    cfg = dream["config"]
+    cfg = records["dreamddp"]["config"]
     enp_groups = equal_count_groups(len(profile.units), args.H)
     enp = {u: [g for g, grp in enumerate(enp_groups) if i in grp] for i, u in enumerate(profile.units)}
     out = {}
-    for algo in algos:
+    for algo in records:
         sched = {"dreamddp": dream_sched, "plsgd_enp": enp}.get(algo)
-        res = simulate(algo, profile, H=args.H, schedule=sched, world=args.nproc, gbps=gbps,
-                       latency_s=cfg["bandwidth"]["latency_ms"] / 1e3, calibration=cfg["bandwidth"]["calibration"],
-                       bucket_bytes=int(cfg["algo"]["bucket_mb"] * 2**20), iterations=args.H)
-        out[algo] = res
+        out[algo] = simulate(algo, profile, H=args.H, schedule=sched, world=args.nproc, gbps=gbps,
+                             latency_s=cfg["bandwidth"]["latency_ms"] / 1e3, calibration=cfg["bandwidth"]["calibration"],
+                             bucket_bytes=int(cfg["algo"]["bucket_mb"] * 2**20), iterations=args.H)
     return out
 
 
@@ -74,7 +99,7 @@ def main(argv=None) -> int:
     for algo in args.algos:
         if algo != "dreamddp":
             records[algo] = run(algo, args.out, args, ["bandwidth=1gbit", f"bandwidth.gbps={gbps}"])
-    pred = predictions(dream, os.path.join(args.out, "dreamddp"), list(records), args, gbps)
+    pred = predictions(records, os.path.join(args.out, "dreamddp"), args, gbps)
 
     base = records["dreamddp"]["summary"]["mean_iteration_time"]
     rows = []

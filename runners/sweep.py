@@ -1,114 +1,19 @@
-"""A Hydra multirun of ``dreamddp-run`` that skips the runs already completed.
+"""``dreamddp-run -m`` under another name, kept for scripts and make targets.
 
     python runners/sweep.py experiment=h_ablation_cpu [overrides] [hydra/launcher=slurm_gpu]
 
-Same arguments as ``dreamddp-run -m``; the jobs are the same (the preset's
-``hydra.sweeper.params`` crossed with the command line's sweeps), run by the
-same launcher (basic, or submitit for SLURM).  Before launching, every job's
-directory ``hydra.sweep.dir/hydra.sweep.subdir`` is computed exactly as the
-launcher will, and a job whose ``run.json`` says ``completed`` and holds the
-same resolved config as the job would run with is left out; missing,
-"running" (killed) or "failed" runs, and runs of an edited preset, are run
-again (into the same directory).  So an interrupted study is finished by
-repeating its command.
-
-That needs deterministic directories: the experiment presets use
-``multirun/<experiment.name>/<override_dirname>``.  A job whose subdir cannot
-be known in advance (``${hydra.job.num}``) is always run; with ``${now:...}``
-in the sweep dir nothing is ever found, so nothing is skipped.
-
-Why a wrapper: Hydra instantiates sweepers only from the ``hydra_plugins``
-namespace package, which dreamddp does not ship, and a callback cannot cancel
-a job.  So this process installs a job filter on Hydra's BasicSweeper (the
-sweeper every preset uses) and then runs the ordinary CLI entry point.
+Multiruns of ``dreamddp-run`` skip runs whose record says completed with the
+same config (dreamddp/sweep_filter.py); this adds ``-m`` and logs at INFO.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
-from typing import Optional, Sequence
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.hydra_config import HydraConfig
-from hydra.core.plugins import Plugins
-from omegaconf import OmegaConf
-
-from dreamddp.record import load_record
-
-log = logging.getLogger("dreamddp.sweep")
-
-_EXPAND = BasicSweeper.split_arguments  # Hydra's own cartesian expansion (a staticmethod)
-_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-
-
-def job_dir(sweeper, overrides: Sequence[str]) -> tuple[Optional[Path], Optional[dict]]:
-    """(output directory the launcher will give this job, its resolved task config); None when unknowable."""
-    cfg = sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, list(overrides))
-    previous = HydraConfig.instance().cfg
-    try:
-        HydraConfig.instance().set_config(cfg)  # for ${hydra:...} in the directory names
-        directory = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
-        task = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
-        return directory, task
-    except Exception:  # noqa: BLE001  e.g. hydra.job.num: set by the launcher only
-        return None, None
-    finally:
-        HydraConfig.instance().cfg = previous
-
-
-def completed(directory: Optional[Path], task: Optional[dict]) -> bool:
-    """The run in ``directory`` completed with exactly this config (run records store it resolved)."""
-    if directory is None:
-        return False
-    try:
-        record = load_record(directory)
-    except (OSError, ValueError):
-        return False
-    if record.get("status") != "completed":
-        return False
-    if record.get("config") != task:
-        log.info("config changed since the completed run, running it again: %s", directory)
-        return False
-    return True
-
-
-def split_skipping_completed(self, overrides, max_batch_size):
-    """BasicSweeper.split_arguments with completed jobs removed (installed by ``main``)."""
-    (jobs,) = _EXPAND(overrides, None)
-    todo = []
-    for job in jobs:
-        directory, task = job_dir(self, job)
-        if completed(directory, task):
-            log.info("skip (completed): %s", directory)
-        else:
-            todo.append(job)
-    log.info("%d of %d runs to do, %d already completed", len(todo), len(jobs), len(jobs) - len(todo))
-    size = max_batch_size if max_batch_size and max_batch_size > 0 else max(1, len(todo))
-    return [todo[i : i + size] for i in range(0, len(todo), size)]
-
-
-def main(argv: Optional[list[str]] = None) -> None:
-    args = sys.argv[1:] if argv is None else list(argv)
-    if any(a in ("-m", "--multirun") for a in args):
-        args = [a for a in args if a not in ("-m", "--multirun")]
-    # Hydra's plugin scan re-executes the plugin modules, so the class Hydra will
-    # instantiate is the one in its registry, not the one imported above.  A plain
-    # function assigned on the class becomes a bound method: the filter sees the sweeper.
-    sweeper_class = Plugins.instance().class_name_to_class[_SWEEPER]
-    sweeper_class.split_arguments = split_skipping_completed
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
-    from dreamddp import cli
-    from dreamddp.config import conf_dir
-
-    # cli.main() would refuse hydra/launcher=submitit_slurm: its one-line group check
-    # looks only at conf/hydra/launcher/*.yaml, not at plugin configs in Hydra's
-    # ConfigStore.  Hydra's own groups are left to Hydra here; ours are still checked.
-    cli.check_group_options([a for a in args if not a.lstrip("+~").startswith("hydra/")], conf_dir())
-    sys.argv = ["dreamddp-run", "--multirun", *args]
-    cli._hydra_main()
-
+from dreamddp import cli
 
 if __name__ == "__main__":
-    main()
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
+    sys.argv = ["dreamddp-run", "--multirun", *[a for a in sys.argv[1:] if a not in ("-m", "--multirun")]]
+    cli.main()

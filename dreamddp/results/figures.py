@@ -22,6 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import NullLocator  # noqa: E402
 
 from dreamddp.results.tables import ALGO_ORDER, h_of, link_label, workers  # noqa: E402
 
@@ -158,6 +159,10 @@ def bandwidth(runs: list[dict], path: Path) -> Path:
             xs = [_link_x(r) for r in rs]
             axes[0][col].loglog(xs, [r["summary"]["mean_iteration_time"] for r in rs], "o-", color=color(rs[0]), label=name)
             axes[1][col].semilogx(xs, [r["summary"]["mean_wait"] for r in rs], "o-", color=color(rs[0]), label=name)
+        ticks = sorted({_link_x(r) for r in members})
+        for ax in axes[:, col]:
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            ax.xaxis.set_minor_locator(NullLocator())  # x only: keep the log y axis readable
         xlabel = "link speed: backward time / all-reduce time (1 / comm_ratio)" if ratio else "link (Gbit/s)"
         axes[0][col].set(title=key, xlabel=xlabel, ylabel="mean iteration time (s)")
         axes[1][col].set(xlabel=xlabel, ylabel="mean exposed wait (s)")

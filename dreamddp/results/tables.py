@@ -22,6 +22,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Optional
 
+# Studies whose runs only profile (two training steps): their timings make no table.
+PROFILE_ONLY = ("scheduler",)
 H_ALGOS = ("flsgd", "plsgd_enp", "dreamddp", "streaming_diloco")
 ALGO_ORDER = ("ddp", "ssgd", "ascwfbp", "dear", "flsgd", "plsgd_enp", "streaming_diloco", "dreamddp")
 HIGHER_IS_BETTER = {"accuracy": True, "loss": False, "perplexity": False}
@@ -171,7 +173,8 @@ def write_tables(runs: list[dict], out_dir: Path, metric: str = "loss", targets:
     """``<out>/tables/<study>[_<scale>].csv|.md`` per study; returns the files written."""
     by_study: dict[tuple, list[dict]] = defaultdict(list)
     for run in runs:
-        by_study[(run["study"], run["scale"])].append(run)
+        if run["study"] not in PROFILE_ONLY:
+            by_study[(run["study"], run["scale"])].append(run)
     written = []
     for (study, scale), members in sorted(by_study.items()):
         stem = f"{study}_{scale}" if scale else study

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from dreamddp.results.tables import COLUMNS, speedup_rows
+from dreamddp.results.tables import COLUMNS, PROFILE_ONLY, speedup_rows
 
 
 def log_tables(runs: list[dict], directory: Path, mode: str = "offline", project: str = "dreamddp",
@@ -24,7 +24,8 @@ def log_tables(runs: list[dict], directory: Path, mode: str = "offline", project
 
     by_study: dict[tuple, list[dict]] = {}
     for r in runs:
-        by_study.setdefault((r["study"], r["scale"]), []).append(r)
+        if r["study"] not in PROFILE_ONLY:
+            by_study.setdefault((r["study"], r["scale"]), []).append(r)
     directory.mkdir(parents=True, exist_ok=True)
     out = []
     for (study, scale), members in sorted(by_study.items()):
