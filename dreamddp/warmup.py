@@ -30,7 +30,8 @@ def calibrate_link(engine, comm, link, optimizer, loss_fn, ratio: float, grad_cl
 
 
 def prepare_schedule(cfg, engine, comm, algorithm, optimizer, loss_fn, run_dir: str, record):
-    """algo.schedule given: read it.  Otherwise profile, schedule (DFS + bubble filling), save
+    """algo.schedule given: read it.  Otherwise profile, schedule (DFS, + bubble filling unless
+    algo.bubble_fill=false), save
     both, and return the profile (None when the schedule was read from a file)."""
     if cfg.algo.schedule:
         H, sched = read_schedule(cfg.algo.schedule)
@@ -43,7 +44,7 @@ def prepare_schedule(cfg, engine, comm, algorithm, optimizer, loss_fn, run_dir: 
         meta={"model": f"{cfg.model.name}/{cfg.model.size}", "link": comm.link.describe()},
     )
     H = cfg.algo.H
-    sched = make_schedule(profile, H, scheduler="dreamddp", bubble=True)
+    sched = make_schedule(profile, H, scheduler="dreamddp", bubble=cfg.algo.bubble_fill)
     algorithm.set_schedule(H, sched, source="profiled")
     if record is not None:
         save_profile(profile, os.path.join(run_dir, "profile"))
@@ -55,7 +56,7 @@ def prepare_schedule(cfg, engine, comm, algorithm, optimizer, loss_fn, run_dir: 
 
 def predict(cfg, profile, algorithm, link, world: int) -> dict:
     """The simulator's mean iteration time and exposed wait for this run's algorithm and plan."""
-    name = algorithm.name
+    name = "dreamddp_overlap" if algorithm.name == "dreamddp" and cfg.algo.overlap_forward else algorithm.name
     kw = {}
     if hasattr(algorithm, "groups"):  # the engine's own assignment, so the model simulates what ran
         kw["schedule"] = {profile.units[u]: [t for t, g in enumerate(algorithm.groups) if u in g]
@@ -63,13 +64,6 @@ def predict(cfg, profile, algorithm, link, world: int) -> dict:
     gbps = getattr(link, "gbps", None)
     res = simulate(name, profile, H=cfg.algo.H, world=world, gbps=gbps,
                    latency_s=cfg.bandwidth.latency_ms / 1e3, calibration=cfg.bandwidth.calibration,
-                   bucket_bytes=int(cfg.algo.bucket_mb * 2**20), iterations=max(cfg.algo.H, 1), **kw)
+                   bucket_bytes=int(cfg.algo.bucket_mb * 2**20), iterations=max(cfg.algo.H, 1),
+                   options=dict(cfg.algo), **kw)
     return {"mean_iteration_time": res.mean_iter, "mean_wait": res.mean_wait, "link": "modelled" if gbps else "measured"}
-
-
-def profile_for_prediction(cfg, engine, comm, optimizer, loss_fn):
-    """A short profile for runs that did not need one (used to record predicted times)."""
-    return measure_profile(engine, comm, optimizer, loss_fn, iterations=max(3, min(cfg.algo.profile_iterations, 5)),
-                           grad_clip=cfg.train.grad_clip, comm_repeats=1)
-
-

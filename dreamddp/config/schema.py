@@ -102,6 +102,9 @@ class AlgoConfig:
     bucket_mb: float = 25.0
     # dreamddp: iterations spent profiling per-unit backward/communication times.
     profile_iterations: int = 10
+    # dreamddp (profiled schedule): add the scheduler's bubble-filling extra syncs of
+    # output-side units where the modelled link idles (the paper's step after the DFS).
+    bubble_fill: bool = True
     # dreamddp: do not wait for parameter averages at the end of backward; each
     # in-flight unit's update is applied when its average lands, at the latest in
     # the unit's next forward pre-hook (same numerics as plain dreamddp).
