@@ -14,7 +14,7 @@ from dreamddp.algorithms.schedule_file import read_schedule
 from dreamddp.comm.link import ring_factor
 from dreamddp.schedule import make_schedule, save_profile, save_schedule
 from dreamddp.schedule.profiler import measure_profile
-from dreamddp.schedule.simulator import simulate
+from dreamddp.schedule.simulator import simulate_run
 
 
 def calibrate_link(engine, comm, link, optimizer, loss_fn, ratio: float, grad_clip: float, record) -> float:
@@ -56,14 +56,7 @@ def prepare_schedule(cfg, engine, comm, algorithm, optimizer, loss_fn, run_dir: 
 
 def predict(cfg, profile, algorithm, link, world: int) -> dict:
     """The simulator's mean iteration time and exposed wait for this run's algorithm and plan."""
-    name = "dreamddp_overlap" if algorithm.name == "dreamddp" and cfg.algo.overlap_forward else algorithm.name
-    kw = {}
-    if hasattr(algorithm, "groups"):  # the engine's own assignment, so the model simulates what ran
-        kw["schedule"] = {profile.units[u]: [t for t, g in enumerate(algorithm.groups) if u in g]
-                          for u in range(len(profile.units))}
     gbps = getattr(link, "gbps", None)
-    res = simulate(name, profile, H=cfg.algo.H, world=world, gbps=gbps,
-                   latency_s=cfg.bandwidth.latency_ms / 1e3, calibration=cfg.bandwidth.calibration,
-                   bucket_bytes=int(cfg.algo.bucket_mb * 2**20), iterations=max(cfg.algo.H, 1),
-                   options=dict(cfg.algo), **kw)
+    res = simulate_run(profile, cfg.algo, cfg.bandwidth, world=world, gbps=gbps,
+                       groups=getattr(algorithm, "groups", None))
     return {"mean_iteration_time": res.mean_iter, "mean_wait": res.mean_wait, "link": "modelled" if gbps else "measured"}

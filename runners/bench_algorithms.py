@@ -59,24 +59,15 @@ def steady_profile(profile, anchor: dict):
 
 
 def predictions(records: dict, run_dir: str, args, gbps: float) -> dict:
-    from dreamddp.algorithms.partial import equal_count_groups
-    from dreamddp.schedule import load_profile, load_schedule
-    from dreamddp.schedule.simulator import simulate
+    from dreamddp.schedule import load_profile
+    from dreamddp.schedule.simulator import simulate_run
 
     profile = load_profile(os.path.join(run_dir, "profile"))
     if "ssgd" in records:
         profile = steady_profile(profile, records["ssgd"])
-    _, dream_sched = load_schedule(os.path.join(run_dir, "schedule.json"))
-    cfg = records["dreamddp"]["config"]
-    enp_groups = equal_count_groups(len(profile.units), args.H)
-    enp = {u: [g for g, grp in enumerate(enp_groups) if i in grp] for i, u in enumerate(profile.units)}
-    out = {}
-    for algo in records:
-        sched = {"dreamddp": dream_sched, "plsgd_enp": enp}.get(algo)
-        out[algo] = simulate(algo, profile, H=args.H, schedule=sched, world=args.nproc, gbps=gbps,
-                             latency_s=cfg["bandwidth"]["latency_ms"] / 1e3, calibration=cfg["bandwidth"]["calibration"],
-                             bucket_bytes=int(cfg["algo"]["bucket_mb"] * 2**20), iterations=args.H)
-    return out
+    return {algo: simulate_run(profile, rec["config"]["algo"], rec["config"]["bandwidth"], world=args.nproc,
+                               gbps=gbps, groups=rec["extra"]["algorithm"].get("groups"))
+            for algo, rec in records.items()}
 
 
 def main(argv=None) -> int:

@@ -37,7 +37,6 @@ RUNS = {  # label -> Hydra overrides
     "streaming_diloco": ["algo=streaming_diloco"],
     "dear": ["algo=dear"],
 }
-SIM_NAME = {"dreamddp+overlap": "dreamddp_overlap"}
 
 
 def run(label: str, overrides: list[str], args) -> dict:
@@ -50,22 +49,13 @@ def run(label: str, overrides: list[str], args) -> dict:
 
 def predict(records: dict, args) -> dict:
     """Simulator predictions on dreamddp's measured profile at the same link."""
-    from dreamddp.schedule import load_profile, load_schedule
-    from dreamddp.schedule.simulator import simulate
+    from dreamddp.schedule import load_profile
+    from dreamddp.schedule.simulator import simulate_run
 
-    dream = records["dreamddp"]
-    profile = load_profile(os.path.join(dream["_dir"], "profile"))
-    _, sched = load_schedule(os.path.join(dream["_dir"], "schedule.json"))
-    out = {}
-    for label, rec in records.items():
-        cfg = rec["config"]
-        algo = SIM_NAME.get(label, cfg["algo"]["name"])
-        res = simulate(algo, profile, H=args.H, schedule=sched if "dreamddp" in algo else None, world=args.nproc,
-                       gbps=args.gbps, latency_s=cfg["bandwidth"]["latency_ms"] / 1e3,
-                       calibration=cfg["bandwidth"]["calibration"], bucket_bytes=int(cfg["algo"]["bucket_mb"] * 2**20),
-                       iterations=args.H, options=dict(cfg["algo"]))
-        out[label] = res.mean_iter
-    return out
+    profile = load_profile(os.path.join(records["dreamddp"]["_dir"], "profile"))
+    return {label: simulate_run(profile, rec["config"]["algo"], rec["config"]["bandwidth"], world=args.nproc,
+                                gbps=args.gbps, groups=rec["extra"]["algorithm"].get("groups")).mean_iter
+            for label, rec in records.items()}
 
 
 def main(argv=None) -> int:

@@ -28,3 +28,25 @@ def batch(rank: int, t: int, n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
 def loss_of(model: nn.Module, b) -> torch.Tensor:
     x, y = b
     return nn.functional.mse_loss(model(x), y)
+
+
+def make_opt(name: str, model: nn.Module):
+    """SGD with momentum or Adam (both with weight decay) and an lr that changes every step."""
+    if name == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.01)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0 / (1 + t))
+
+
+def engine_step(engine, model: nn.Module, opt, t: int, rank: int = 0, clip: float = 0.0, sched=None, before_step=None):
+    """One training iteration through the engine's lifecycle, as the trainer runs it."""
+    engine.begin_iteration(t)
+    loss_of(model, batch(rank, t)).backward()
+    engine.end_backward()
+    if before_step is not None:
+        before_step()
+    engine.step(opt, clip)
+    if sched is not None:
+        sched.step()
+    return engine.after_step()

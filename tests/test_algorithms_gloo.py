@@ -13,7 +13,7 @@ from dreamddp.algorithms import build_algorithm
 from dreamddp.comm.communicator import Communicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.units import enumerate_units
-from engine_fixtures import algo_cfg, batch, loss_of, small_model
+from engine_fixtures import algo_cfg, batch, engine_step, loss_of, small_model
 
 STEPS = 7
 
@@ -22,14 +22,10 @@ def _train_engine(rank, name, opt_name="sgd", steps=STEPS, on_before_step=None, 
     model = small_model()
     engine = PartialSyncEngine(model, enumerate_units(model), Communicator(), build_algorithm(algo_cfg(name, **kw)))
     opt = _opt(opt_name, model)
+    clip = 1.0 if opt_name == "adam" else 0.0
     for t in range(steps):
-        engine.begin_iteration(t)
-        loss_of(model, batch(rank, t)).backward()
-        engine.end_backward()
-        if on_before_step:
-            on_before_step(engine, t)
-        engine.step(opt, grad_clip=1.0 if opt_name == "adam" else 0.0)
-        engine.after_step()
+        engine_step(engine, model, opt, t, rank, clip,
+                    before_step=(lambda: on_before_step(engine, t)) if on_before_step else None)
     engine.close()
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
 

@@ -12,7 +12,7 @@ from dreamddp.comm.communicator import Communicator
 from dreamddp.comm.fake import FakeCommunicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.units import enumerate_units
-from engine_fixtures import algo_cfg, batch, loss_of
+from engine_fixtures import algo_cfg, batch, engine_step, loss_of, make_opt
 
 CAP_MB = 80 / 2**20  # groups (backward order): [0, 1] (64 + 24 bytes), [2], [3]
 
@@ -26,25 +26,12 @@ def odd_model(seed: int = 0) -> nn.Module:
     return nn.Sequential(nn.Linear(8, 300), nn.Tanh(), nn.Linear(300, 3), nn.LayerNorm(3), nn.Linear(3, 4))
 
 
-def make_opt(name: str, model: nn.Module):
-    if name == "adam":
-        opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.01)
-    else:
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0 / (1 + t))  # lr changes every step
-
-
 def train(name, comm, rank=0, steps=5, opt_name="sgd", clip=0.0, seen=None, **kw):
     model = odd_model()
     engine = PartialSyncEngine(model, enumerate_units(model), comm, build_algorithm(algo_cfg(name, **kw)))
     opt, sched = make_opt(opt_name, model)
     for t in range(steps):
-        engine.begin_iteration(t)
-        loss_of(model, batch(rank, t)).backward()
-        engine.end_backward()
-        engine.step(opt, clip)
-        sched.step()
-        engine.after_step()
+        engine_step(engine, model, opt, t, rank, clip, sched)
         if seen is not None:
             seen.append(torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone())
     engine.flush()

@@ -15,7 +15,7 @@ from dreamddp.comm.communicator import Communicator
 from dreamddp.comm.fake import FakeCommunicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.units import enumerate_units
-from engine_fixtures import algo_cfg, batch, loss_of, small_model
+from engine_fixtures import algo_cfg, batch, engine_step, loss_of, small_model
 
 DILOCO = dict(fragments=1, fragment_pattern="strided", tau=0, alpha=0.0, outer_lr=0.7, outer_momentum=0.9,
               quantize="none", quant_block=1024)
@@ -31,11 +31,7 @@ def train(comm, name="streaming_diloco", rank=0, steps=8, model_fn=small_model, 
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     wire = []
     for t in range(steps):
-        engine.begin_iteration(t)
-        loss_of(model, batch(rank, t)).backward()
-        engine.end_backward()
-        engine.step(opt)
-        wire.append(engine.after_step().wire_bytes)
+        wire.append(engine_step(engine, model, opt, t, rank).wire_bytes)
         if after:
             after(engine, t)
     engine.flush()

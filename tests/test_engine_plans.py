@@ -14,7 +14,7 @@ from dreamddp.algorithms.schedule_file import ScheduleError, read_schedule
 from dreamddp.comm.fake import FakeCommunicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.units import enumerate_units
-from engine_fixtures import algo_cfg, batch, loss_of, small_model
+from engine_fixtures import algo_cfg, batch, engine_step, loss_of, small_model
 
 UNIT_NAMES = ["4", "3", "2", "0"]  # backward order of small_model()
 
@@ -37,13 +37,7 @@ def make(name: str, peer_fn=None, **kw):
 
 
 def run_iteration(model, engine, opt, t: int, before_step=None):
-    engine.begin_iteration(t)
-    loss_of(model, batch(0, t)).backward()
-    engine.end_backward()
-    if before_step:
-        before_step()
-    engine.step(opt)
-    return engine.after_step()
+    return engine_step(engine, model, opt, t, before_step=before_step)
 
 
 def test_units_backward_order():

@@ -16,7 +16,7 @@ from dreamddp.comm.fake import FakeCommunicator
 from dreamddp.comm.link import EmulatedLink
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.units import enumerate_units
-from engine_fixtures import algo_cfg, batch, loss_of, small_model
+from engine_fixtures import algo_cfg, batch, engine_step, loss_of, make_opt, small_model
 
 SCHED = {"4": [0, 1], "3": [0], "2": [1], "0": [1]}  # unit 0 ("4") twice per window (bubble filling)
 
@@ -30,21 +30,12 @@ def train(comm, overlap, rank=0, steps=6, opt_name="sgd", clip=0.0, on_engine=No
     algo = build_algorithm(algo_cfg("dreamddp", H=2, overlap_forward=overlap))
     algo.set_schedule(2, SCHED)
     engine = PartialSyncEngine(model, enumerate_units(model), comm, algo)
-    if opt_name == "adam":
-        opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.01)
-    else:
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0 / (1 + t))
+    opt, sched = make_opt(opt_name, model)
     if on_engine:
         on_engine(engine, model)
     waits = []
     for t in range(steps):
-        engine.begin_iteration(t)
-        loss_of(model, batch(rank, t)).backward()
-        engine.end_backward()
-        engine.step(opt, clip)
-        sched.step()
-        waits.append(engine.after_step().wait)
+        waits.append(engine_step(engine, model, opt, t, rank, clip, sched).wait)
     engine.flush()
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone(), engine, waits
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from dreamddp.config import ConfigError, validate
-from dreamddp.netshape import TcUnavailable, check_tc_available
+from test_netshape import _tc_skip_reason  # one definition of "can this host shape links"
 
 RUN = [str(Path(sys.executable).with_name("dreamddp-run"))]
 if not Path(RUN[0]).exists():
@@ -38,17 +38,7 @@ SMALL = ["model=gpt2", "train.batch_size=2", "data.block_size=32", "train.iterat
          "train.progress=false", "train.eval_every=0", "data.eval_batches=1", "cluster.nproc=2"]
 
 
-def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root for `ip netns` (the launcher's user-namespace path is covered in test_netshape)"
-    try:
-        check_tc_available()
-    except TcUnavailable as exc:
-        return str(exc)
-    return None
-
-
-needs_tc = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+needs_tc = pytest.mark.skipif(_tc_skip_reason() is not None, reason=str(_tc_skip_reason()))
 
 
 def _netns_of(pid: int) -> list[str]:

@@ -19,6 +19,7 @@ once, per-unit collectives each pay it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -187,3 +188,23 @@ def simulate(
         mean_wait=float(np.mean([p[1] for p in per_iter])),
         per_iter=per_iter,
     )
+
+
+def simulate_run(profile: Profile, algo_cfg: Mapping, bandwidth_cfg: Mapping, *, world: int,
+                 gbps: float | None, groups: list[list[int]] | None = None,
+                 schedule: dict[str, list[int]] | None = None) -> SimResult:
+    """One H-window of a run as it was configured (a run record's ``config.algo`` / ``config.bandwidth``).
+
+    ``groups`` is the engine's own per-iteration unit assignment (indices into
+    ``profile.units``, as a partial-sync algorithm's ``describe()`` records it),
+    so the model simulates what ran rather than re-deriving it.
+    """
+    name = algo_cfg["name"]
+    if name == "dreamddp" and algo_cfg.get("overlap_forward"):
+        name = "dreamddp_overlap"
+    if groups is not None and name in NEEDS_SCHEDULE:
+        schedule = {u: [t for t, g in enumerate(groups) if i in g] for i, u in enumerate(profile.units)}
+    return simulate(name, profile, H=algo_cfg["H"], schedule=schedule, world=world, gbps=gbps,
+                    latency_s=bandwidth_cfg["latency_ms"] / 1e3, calibration=bandwidth_cfg["calibration"],
+                    bucket_bytes=int(algo_cfg["bucket_mb"] * 2**20), iterations=algo_cfg["H"],
+                    options=dict(algo_cfg))
