@@ -147,7 +147,9 @@ MODEL = collective_time("all_reduce", NBYTES, 2, GBPS)  # 0.32 s on 2 workers
 
 
 def _within(wall: float, modelled: float) -> None:
-    assert modelled <= wall <= 1.1 * modelled, f"wall {wall:.4f}s vs modelled {modelled:.4f}s"
+    # Never early; the upper bound only has to tell pacing once from pacing
+    # twice (or serialising what should overlap), with room for a loaded box.
+    assert modelled <= wall <= 1.5 * modelled, f"wall {wall:.4f}s vs modelled {modelled:.4f}s"
 
 
 def _timing(rank: int, world: int) -> None:
@@ -192,7 +194,7 @@ def _timing(rank: int, world: int) -> None:
     h = comm.all_reduce_avg(a, tag="hidden")
     time.sleep(MODEL)  # stand-in for backward compute
     blocked = h.wait()
-    assert blocked < 0.05 * MODEL, f"blocked {blocked:.4f}s although compute covered the transfer"
+    assert blocked < 0.25 * MODEL, f"blocked {blocked:.4f}s although compute covered the transfer"
 
     recs = comm.drain()
     assert [r.tag for r in recs] == ["lone", "first", "second", "", "", "hidden"]

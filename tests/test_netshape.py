@@ -84,13 +84,6 @@ def test_bad_arguments_fail_before_touching_the_system(kwargs, match):
 
 # --- lifecycle -------------------------------------------------------------
 @needs_tc
-def test_preflight_is_fast():
-    t0 = time.perf_counter()
-    check_tc_available()
-    assert time.perf_counter() - t0 < 1.0
-
-
-@needs_tc
 def test_build_shapes_both_directions_and_removes_everything():
     prefix = "ddptlife"
     with ShapedNetwork(3, [1.0, 1.0, 0.25], prefix=prefix, shape_download=True) as net:
