@@ -154,6 +154,11 @@ class RunRecord:
     def add_divergence(self, row: dict) -> None:
         self.data["divergence"].append(dict(row))
 
+    def add_checkpoint(self, row: dict) -> None:
+        """A complete checkpoint, on file at once: it is what a resumed run starts from."""
+        self.data["extra"].setdefault("checkpoints", []).append(dict(row))
+        self.flush()
+
     def set(self, key: str, value: Any) -> None:
         """Store run-level facts (link, schedule, profile, predicted times) under extra."""
         self.data["extra"][key] = value

@@ -2,19 +2,21 @@
 
 Read top to bottom: set up (process group, data, model, link, algorithm,
 engine, optimizer), optional warm-up passes (bandwidth from a comm/backward
-ratio; DreamDDP's profile and schedule), then the training loop, periodic
-evaluation and divergence, and the run record.
+ratio; DreamDDP's profile and schedule) or a checkpoint to resume from, then
+the training loop, periodic evaluation, divergence and checkpoints, and the
+run record.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 
-from dreamddp import dist_env
+from dreamddp import checkpoint, dist_env
 from dreamddp.algorithms import build_algorithm
 from dreamddp.algorithms.nosync import NoSync
 from dreamddp.comm.communicator import Communicator
@@ -29,7 +31,7 @@ from dreamddp.optim import build_lr_schedule, build_optimizer
 from dreamddp.record import RunRecord
 from dreamddp.summary import Progress, summarise
 from dreamddp.wandb_log import WandbLogger
-from dreamddp.warmup import calibrate_link, predict, prepare_schedule
+from dreamddp.warmup import calibrate_link, predict, prepare_schedule, restore_setup, setup_state
 
 
 def run_worker(cfg: DictConfig, run_dir: str) -> None:
@@ -88,25 +90,37 @@ def _train(cfg: DictConfig, ctx, run_dir: str, record: RunRecord | None, wandb: 
         engine, train_model = DDPEngine(ddp, units), ddp
     optimizer = build_optimizer(tc, model.parameters())
     lr_schedule = build_lr_schedule(tc, optimizer)
-    profile = None
+    profile, start, resumed = None, 0, None
+    if tc.resume:
+        ckpt = checkpoint.check_resume(cfg, ctx.world_size)
+        resumed = checkpoint.load(ckpt, ctx.rank, ctx.device)
+        start = checkpoint.read_meta(ckpt)["step"]
     if algorithm.uses_engine:
-        # Warm-up passes: measured on the live job, training state restored after.
-        if bw.comm_ratio:
-            calibrate_link(engine, comm, link, optimizer, next_loss, bw.comm_ratio, tc.grad_clip, record)
-        if algorithm.name == "dreamddp":
-            profile = prepare_schedule(cfg, engine, comm, algorithm, optimizer, next_loss, run_dir, record)
+        if resumed is not None:  # the saved run's set-up, not a new measurement
+            restore_setup(resumed["setup"], link, algorithm, str(ckpt), record)
+        else:  # warm-up passes: measured on the live job, training state restored after
+            if bw.comm_ratio:
+                calibrate_link(engine, comm, link, optimizer, next_loss, bw.comm_ratio, tc.grad_clip, record)
+            if algorithm.name == "dreamddp":
+                profile = prepare_schedule(cfg, engine, comm, algorithm, optimizer, next_loss, run_dir, record)
         engine.set_algorithm(algorithm)
+    if resumed is not None:
+        checkpoint.restore(resumed, model, optimizer, lr_schedule, algorithm, data.train)
+        del resumed
     if record is not None:
         record.set("link", link.describe())
         record.set("algorithm", algorithm.describe())
         record.set("units", [{"name": u.name, "numel": u.numel} for u in units])
         record.set("world_size", ctx.world_size)
         record.set("samples_per_epoch_per_worker", data.samples_per_epoch)
+        if tc.resume:
+            record.set("resumed_from", {"checkpoint": str(ckpt), "step": start})
         record.flush()
+    run_meta = checkpoint.describe_run(cfg, ctx.world_size)
 
     # ---- training loop ----
-    progress = Progress(tc.iterations, enabled=record is not None and tc.progress)
-    for t in range(tc.iterations):
+    progress = Progress(tc.iterations - start, enabled=record is not None and tc.progress)
+    for t in range(start, tc.iterations):
         batch = to_dev(next(data.train))
         engine.begin_iteration(t)
         t0 = time.perf_counter()
@@ -144,6 +158,13 @@ def _train(cfg: DictConfig, ctx, run_dir: str, record: RunRecord | None, wandb: 
                 record.add_eval({"iteration": t, **metrics})
                 wandb.log(t, {f"eval/{k}": v for k, v in metrics.items()})
             progress.note(metrics)
+        if tc.checkpoint_every and ((t + 1) % tc.checkpoint_every == 0 or last):
+            engine.flush()
+            state = checkpoint.capture(model, optimizer, lr_schedule, algorithm, data.train,
+                                       setup_state(cfg, link, algorithm))
+            saved = checkpoint.save(run_dir, t + 1, ctx.rank, state, run_meta, tc.checkpoint_keep)
+            if record is not None:
+                record.add_checkpoint({"iteration": t, "step": t + 1, "dir": os.path.relpath(saved, run_dir)})
     engine.close()
     progress.close()
 

@@ -60,3 +60,25 @@ def predict(cfg, profile, algorithm, link, world: int) -> dict:
     res = simulate_run(profile, cfg.algo, cfg.bandwidth, world=world, gbps=gbps,
                        groups=getattr(algorithm, "groups", None))
     return {"mean_iteration_time": res.mean_iter, "mean_wait": res.mean_wait, "link": "modelled" if gbps else "measured"}
+
+
+def setup_state(cfg, link, algorithm) -> dict:
+    """What the warm-up passes decided, for a checkpoint: a resumed run re-uses it
+    instead of measuring again (a new profile would give another schedule)."""
+    setup = {}
+    if cfg.bandwidth.comm_ratio:
+        setup["link_gbps"] = link.gbps
+    if algorithm.name == "dreamddp":
+        setup["schedule"] = {"H": cfg.algo.H, "schedule": algorithm.schedule, "source": algorithm.source}
+    return setup
+
+
+def restore_setup(setup: dict, link, algorithm, ckpt: str, record) -> None:
+    """Apply a checkpoint's ``setup_state`` in place of the warm-up passes."""
+    if "link_gbps" in setup:
+        link.gbps = setup["link_gbps"]
+    if "schedule" in setup:
+        s = setup["schedule"]
+        algorithm.set_schedule(s["H"], s["schedule"], source=s["source"])  # where it first came from
+        if record is not None:
+            record.set("schedule", {"source": s["source"], "from_checkpoint": ckpt, "H": s["H"], "schedule": s["schedule"]})

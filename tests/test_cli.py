@@ -14,17 +14,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from cli_util import dreamddp_run
 from dreamddp import launch
 from dreamddp.cli import check_group_options, worker_argv
 from dreamddp.config import conf_dir
 
-RUN = [str(Path(sys.executable).with_name("dreamddp-run"))]
-if not Path(RUN[0]).exists():  # not installed as a script: the module works the same
-    RUN = [sys.executable, "-m", "dreamddp.cli"]
-
-
 def _run(args, cwd, timeout=120):
-    return subprocess.run(RUN + args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return dreamddp_run(args, cwd, timeout)
 
 
 def _processes_mentioning(text: str) -> list[int]:

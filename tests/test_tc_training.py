@@ -16,18 +16,15 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from cli_util import RUN
 from dreamddp.config import ConfigError, validate
 from test_netshape import _tc_skip_reason  # one definition of "can this host shape links"
 
-RUN = [str(Path(sys.executable).with_name("dreamddp-run"))]
-if not Path(RUN[0]).exists():
-    RUN = [sys.executable, "-m", "dreamddp.cli"]
 
 GBPS = 0.02  # 20 Mbit/s: 2.4 MiB of tiny-GPT-2 gradients take ~1 s per all-reduce
 # runners/linkcheck.py --backend tc --gbps 0.05 --workers 2 measured 1.042 here (1.056 at

@@ -47,6 +47,16 @@ class Algorithm:
     def before_unit_forward(self, engine, unit: int) -> None: ...
     def flush(self, engine) -> None: ...
 
+    def state_dict(self) -> dict:
+        """State a checkpoint must carry beyond model, optimizer and data (taken after
+        ``engine.flush()``).  Plans that are a function of the iteration need none."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict()`` after :meth:`bind`."""
+        if state:
+            raise ValueError(f"{self.name}: checkpoint holds algorithm state {sorted(state)} it cannot take")
+
     def describe(self) -> dict:
         """What the run record should know about this algorithm's set-up."""
         return {"name": self.name}

@@ -16,7 +16,7 @@ Fusion: consecutive units (backward order) form groups closed once they hold
    pre-hook), launch the next group's all-gather, then apply the group's
    update with the trainer's optimizer on that group only (substep.py: same
    class, shared state) and zero its gradient slice;
-4. ``flush`` (before evaluation / exit) completes every pending group.
+4. ``flush`` (before evaluation, a checkpoint, exit) completes every pending group.
 
 Choice: the averaged GRADIENT shards are all-gathered and every rank steps
 the whole group (not a sharded optimizer that all-gathers parameters).  Every

@@ -37,7 +37,9 @@ Not through the engine's plan: the payload is derived (anchor - theta) and
 completes tau steps later, so ``plan`` is empty and the algorithm launches
 from ``after_optimizer_step``; the engine still drains and accounts the bytes.
 ``flush`` completes the transfers but keeps each merge at its scheduled step,
-so evaluation frequency never changes the training trajectory.
+so evaluation frequency never changes the training trajectory.  A checkpoint
+(``state_dict``) carries the anchor, the outer momentum and every landed but
+unmerged mean, so a resumed run merges them at the same steps.
 """
 
 from __future__ import annotations
@@ -124,6 +126,22 @@ class StreamingDiLoCo(Algorithm):
         for _, _, handle, _ in self.inflight:  # transfers done; merges stay on schedule
             engine.stats.wait += handle.wait()
 
+    def state_dict(self) -> dict:
+        # After flush every transfer has landed: keep each mean until its scheduled merge.
+        return {
+            "anchor": self.anchor, "momentum": self.momentum, "merges": list(self.merges),
+            "inflight": [(due, p, result()) for due, p, _, result in self.inflight],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.anchor.copy_(state["anchor"])
+        if (state["momentum"] is None) != (self.momentum is None):
+            raise ValueError("streaming_diloco: checkpoint and algo.outer_momentum disagree on outer momentum state")
+        if self.momentum is not None:
+            self.momentum.copy_(state["momentum"])
+        self.merges = [tuple(m) for m in state["merges"]]
+        self.inflight = [(due, p, _Landed(), (lambda m=mean: m)) for due, p, mean in state["inflight"]]
+
     def sync_iterations(self, unit: int, H: int) -> list[int]:
         return [t for t in range(H) if any(unit in self.frags[p] for p in self.syncs_at(t))]
 
@@ -154,3 +172,10 @@ class StreamingDiLoCo(Algorithm):
             out["fragment_units"] = [len(f) for f in self.frags]
             out["memory_bytes"] = self.memory_bytes(self._world)
         return out
+
+
+class _Landed:
+    """The handle of a transfer completed before a checkpoint was taken."""
+
+    def wait(self) -> float:
+        return 0.0

@@ -88,6 +88,15 @@ class TrainConfig:
     divergence_every: int = 0
     # Show a tqdm progress bar on rank 0.
     progress: bool = True
+    # Save every worker's full state every this many iterations, and after the
+    # last one, to <run dir>/checkpoints/step-<N>/; 0 = never.
+    checkpoint_every: int = 0
+    # Keep the newest this many complete checkpoints; 0 = keep all.
+    checkpoint_keep: int = 2
+    # Resume from a checkpoint: a step-<N> directory, or a run / checkpoints
+    # directory (its newest complete checkpoint); training continues at iteration
+    # N up to train.iterations.  None = start from scratch.
+    resume: Optional[str] = None
 
 
 @dataclass

@@ -82,6 +82,9 @@ def _check_local(cfg: DictConfig) -> None:
             f"train.warmup_iterations={t.warmup_iterations}: exceeds train.iterations={t.iterations}"
         )
 
+    _at_least(cfg, "train.checkpoint_every", 0)
+    _at_least(cfg, "train.checkpoint_keep", 0)
+
     _at_least(cfg, "algo.H", 1)
     _positive(cfg, "algo.bucket_mb")
     _at_least(cfg, "algo.profile_iterations", 1)
@@ -235,11 +238,23 @@ def _check_tc(cfg: DictConfig) -> None:
         raise ConfigError(str(exc)) from exc
 
 
+def _check_resume(cfg: DictConfig) -> None:
+    if cfg.train.resume is None:
+        return
+    from dreamddp.checkpoint import CheckpointError, check_resume
+
+    try:
+        check_resume(cfg, int(cfg.cluster.nproc) * int(cfg.cluster.nnodes))
+    except CheckpointError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError (one line, naming the field) when ``cfg`` cannot run."""
     _check_missing(cfg)
     _check_local(cfg)
     _check_device(cfg)
     _check_registries(cfg)
+    _check_resume(cfg)
     _check_tc(cfg)
     _check_data_available(cfg)

@@ -73,6 +73,18 @@ class ShardedBatches:
         self._order = self.shard[torch.randperm(len(self.shard), generator=self._gen)]
         self._pos = 0
 
+    def state_dict(self) -> dict:
+        """Where this iterator stands: epoch, batch within it, augmentation generator."""
+        return {"epoch": self.epoch, "pos": self._pos, "gen": self._gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue exactly where ``state_dict()`` was taken (same shard, seed and batch size)."""
+        if state["epoch"] >= 0:
+            self.epoch = state["epoch"] - 1
+            self._start_epoch()  # re-derives the epoch's order from (seed, epoch, rank)
+        self.epoch, self._pos = state["epoch"], state["pos"]
+        self._gen.set_state(state["gen"])
+
     def __next__(self):
         if self._pos >= self.batches_per_epoch:
             self._start_epoch()

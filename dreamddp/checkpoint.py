@@ -1,0 +1,164 @@
+"""Checkpoints: every worker's whole training state, so that a resumed run goes on
+exactly as the saved run did (bitwise, on the same hardware and world size).
+
+Layout, under the run directory::
+
+    checkpoints/step-0000040/rank00000.pt   one file per worker: under local SGD
+    checkpoints/step-0000040/rank00001.pt   the replicas differ between syncs
+    checkpoints/step-0000040/meta.json      written last, by rank 0, once every
+                                            worker's file is in place
+
+``step`` counts completed iterations; a run resumed from it starts at iteration
+``step`` and runs to ``train.iterations`` (the total, as in torchtitan).  Files
+are written under a temporary name and renamed, so a crash mid-save leaves the
+older checkpoints intact and nothing that looks complete but is not.
+
+A worker file holds the model's parameters and buffers, optimizer and LR
+schedule state, the algorithm's own state (``Algorithm.state_dict``: e.g.
+Streaming DiLoCo's anchor, outer momentum and landed-but-unmerged means), the
+worker's position in its data shard, RNG states, and the set-up a resumed run
+must not measure again (``warmup.setup_state``: DreamDDP's schedule, a
+calibrated link bandwidth).  The trainer completes all communication in flight
+(``engine.flush``) before it saves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+META = "meta.json"
+SUBDIR = "checkpoints"
+_PREFIX = "step-"
+
+# The settings a checkpoint's state depends on: resuming under another value would
+# silently train something else (another data order, another shard, other tensors).
+MUST_MATCH = ("model.name", "model.size", "algo.name", "data.name", "seed", "train.batch_size", "world_size")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be used (one line, naming train.resume)."""
+
+
+def step_dir(run_dir: str | os.PathLike, step: int) -> Path:
+    return Path(run_dir) / SUBDIR / f"{_PREFIX}{step:07d}"
+
+
+def _complete_steps(parent: Path) -> list[Path]:
+    if not parent.is_dir():
+        return []
+    found = [p for p in parent.iterdir() if p.name.startswith(_PREFIX) and (p / META).is_file()]
+    return sorted(found, key=lambda p: p.name)
+
+
+def find(path: str | os.PathLike) -> Path:
+    """The checkpoint ``path`` names: a step directory, or the newest complete one
+    under a checkpoints directory or a run directory."""
+    p = Path(path)
+    if (p / META).is_file():
+        return p
+    steps = _complete_steps(p) or _complete_steps(p / SUBDIR)
+    if not steps:
+        raise CheckpointError(f"train.resume={path}: no complete checkpoint ({SUBDIR}/{_PREFIX}*/{META}) there")
+    return steps[-1]
+
+
+def read_meta(ckpt: Path) -> dict:
+    return json.loads((ckpt / META).read_text())
+
+
+def describe_run(cfg, world_size: int) -> dict:
+    """The MUST_MATCH settings of a run, as meta.json records them."""
+    values = {"world_size": world_size}
+    for key in MUST_MATCH[:-1]:
+        node = cfg
+        for part in key.split("."):
+            node = node[part]
+        values[key] = node
+    return values
+
+
+def check_resume(cfg, world_size: int) -> Path:
+    """The checkpoint cfg.train.resume names, refused with one line if this run cannot continue it."""
+    resume = cfg.train.resume
+    ckpt = find(resume)
+    meta = read_meta(ckpt)
+    ours = describe_run(cfg, world_size)
+    for key in MUST_MATCH:
+        if meta["run"].get(key) != ours[key]:
+            raise CheckpointError(
+                f"train.resume={resume}: saved with {key}={meta['run'].get(key)}, this run has {key}={ours[key]}"
+            )
+    if meta["step"] >= cfg.train.iterations:
+        raise CheckpointError(
+            f"train.resume={resume}: checkpoint is at step {meta['step']}, nothing left of "
+            f"train.iterations={cfg.train.iterations}"
+        )
+    return ckpt
+
+
+def capture(model, optimizer, lr_schedule, algorithm, data_iter, setup: dict) -> dict:
+    """This worker's state, taken after ``engine.flush()``."""
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        rng["cuda"] = torch.cuda.get_rng_state()
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "lr_schedule": lr_schedule.state_dict(),
+        "algorithm": algorithm.state_dict(),
+        "data": data_iter.state_dict(),
+        "rng": rng,
+        "setup": setup,
+    }
+
+
+def restore(state: dict, model, optimizer, lr_schedule, algorithm, data_iter) -> None:
+    """Load ``capture``'s state in place (the algorithm already bound to the engine).
+
+    Parameters are copied INTO the existing tensors, which are views of the
+    engine's flat buffer, so the engine's layout survives."""
+    with torch.no_grad():
+        model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    lr_schedule.load_state_dict(state["lr_schedule"])
+    algorithm.load_state_dict(state["algorithm"])
+    data_iter.load_state_dict(state["data"])
+    torch.set_rng_state(state["rng"]["torch"])
+    if "cuda" in state["rng"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["rng"]["cuda"])
+
+
+def load(ckpt: Path, rank: int, device: torch.device) -> dict:
+    path = ckpt / f"rank{rank:05d}.pt"
+    if not path.is_file():
+        raise CheckpointError(f"train.resume={ckpt}: {path.name} is missing")
+    state = torch.load(path, map_location=device, weights_only=True)
+    # RNG states must stay CPU byte tensors whatever map_location did.
+    state["rng"] = {k: v.cpu() for k, v in state["rng"].items()}
+    return state
+
+
+def save(run_dir: str, step: int, rank: int, state: dict, run: dict, keep: int) -> Path:
+    """Write this worker's file; rank 0 marks the checkpoint complete once all have, then prunes."""
+    d = step_dir(run_dir, step)
+    d.mkdir(parents=True, exist_ok=True)
+    target = d / f"rank{rank:05d}.pt"
+    tmp = target.with_name(target.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, target)
+    if dist.is_initialized():
+        dist.barrier()  # every worker's file is in place
+    if rank == 0:
+        tmp = d / (META + ".tmp")
+        tmp.write_text(json.dumps({"step": step, "run": run}, indent=1))
+        os.replace(tmp, d / META)
+        if keep > 0:
+            for old in _complete_steps(d.parent)[:-keep]:
+                shutil.rmtree(old, ignore_errors=True)
+    return d
