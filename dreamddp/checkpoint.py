@@ -31,6 +31,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from omegaconf import OmegaConf
+
+from dreamddp.record import write_json_atomic
 
 META = "meta.json"
 SUBDIR = "checkpoints"
@@ -38,7 +41,8 @@ _PREFIX = "step-"
 
 # The settings a checkpoint's state depends on: resuming under another value would
 # silently train something else (another data order, another shard, other tensors).
-MUST_MATCH = ("model.name", "model.size", "algo.name", "data.name", "seed", "train.batch_size", "world_size")
+_CONFIG_KEYS = ("model.name", "model.size", "algo.name", "data.name", "seed", "train.batch_size")
+MUST_MATCH = (*_CONFIG_KEYS, "world_size")
 
 
 class CheckpointError(ValueError):
@@ -68,26 +72,17 @@ def find(path: str | os.PathLike) -> Path:
     return steps[-1]
 
 
-def read_meta(ckpt: Path) -> dict:
-    return json.loads((ckpt / META).read_text())
-
-
 def describe_run(cfg, world_size: int) -> dict:
     """The MUST_MATCH settings of a run, as meta.json records them."""
-    values = {"world_size": world_size}
-    for key in MUST_MATCH[:-1]:
-        node = cfg
-        for part in key.split("."):
-            node = node[part]
-        values[key] = node
-    return values
+    return {**{key: OmegaConf.select(cfg, key) for key in _CONFIG_KEYS}, "world_size": world_size}
 
 
-def check_resume(cfg, world_size: int) -> Path:
-    """The checkpoint cfg.train.resume names, refused with one line if this run cannot continue it."""
+def check_resume(cfg, world_size: int) -> tuple[Path, int]:
+    """The checkpoint cfg.train.resume names and its step, refused with one line if this
+    run cannot continue it."""
     resume = cfg.train.resume
     ckpt = find(resume)
-    meta = read_meta(ckpt)
+    meta = json.loads((ckpt / META).read_text())
     ours = describe_run(cfg, world_size)
     for key in MUST_MATCH:
         if meta["run"].get(key) != ours[key]:
@@ -99,7 +94,7 @@ def check_resume(cfg, world_size: int) -> Path:
             f"train.resume={resume}: checkpoint is at step {meta['step']}, nothing left of "
             f"train.iterations={cfg.train.iterations}"
         )
-    return ckpt
+    return ckpt, meta["step"]
 
 
 def capture(model, optimizer, lr_schedule, algorithm, data_iter, setup: dict) -> dict:
@@ -155,9 +150,7 @@ def save(run_dir: str, step: int, rank: int, state: dict, run: dict, keep: int) 
     if dist.is_initialized():
         dist.barrier()  # every worker's file is in place
     if rank == 0:
-        tmp = d / (META + ".tmp")
-        tmp.write_text(json.dumps({"step": step, "run": run}, indent=1))
-        os.replace(tmp, d / META)
+        write_json_atomic(d / META, {"step": step, "run": run})
         if keep > 0:
             for old in _complete_steps(d.parent)[:-keep]:
                 shutil.rmtree(old, ignore_errors=True)

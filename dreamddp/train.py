@@ -92,9 +92,8 @@ def _train(cfg: DictConfig, ctx, run_dir: str, record: RunRecord | None, wandb: 
     lr_schedule = build_lr_schedule(tc, optimizer)
     profile, start, resumed = None, 0, None
     if tc.resume:
-        ckpt = checkpoint.check_resume(cfg, ctx.world_size)
+        ckpt, start = checkpoint.check_resume(cfg, ctx.world_size)
         resumed = checkpoint.load(ckpt, ctx.rank, ctx.device)
-        start = checkpoint.read_meta(ckpt)["step"]
     if algorithm.uses_engine:
         if resumed is not None:  # the saved run's set-up, not a new measurement
             restore_setup(resumed["setup"], link, algorithm, str(ckpt), record)

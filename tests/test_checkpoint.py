@@ -14,13 +14,12 @@ checkpoints, and one-line refusals before any worker starts.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from cli_util import dreamddp_run
+from cli_util import dreamddp_run, train_completed
 from dreamddp.checkpoint import CheckpointError, check_resume, find, save, step_dir
 from dreamddp.data.sharding import ShardedBatches
 
@@ -52,11 +51,7 @@ def _differences(a: Path, b: Path) -> list[str]:
 
 
 def _train(run_dir: Path, *overrides: str) -> dict:
-    out = dreamddp_run([*SMALL, *overrides, f"hydra.run.dir={run_dir}"], timeout=300)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    record = json.loads((run_dir / "run.json").read_text())
-    assert record["status"] == "completed", record["error"]
-    return record
+    return train_completed(run_dir, [*SMALL, *overrides])
 
 
 @pytest.mark.parametrize("algo", [
@@ -141,7 +136,7 @@ def test_resume_refuses_what_the_checkpoint_cannot_continue(tmp_path, compose_cf
     base = ["model=gpt2", "data=synthetic", "algo=ssgd", "train.batch_size=2", "cluster.nproc=1",
             "train.iterations=10", f"train.resume={tmp_path}"]
     cfg = compose_cfg(base)
-    assert check_resume(cfg, 1) == step_dir(tmp_path, 6)
+    assert check_resume(cfg, 1) == (step_dir(tmp_path, 6), 6)
     cfg = compose_cfg(base + overrides)
     with pytest.raises(CheckpointError, match=match):
         check_resume(cfg, cfg.cluster.nproc)
