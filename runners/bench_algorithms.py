@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from benchlib import run_training, write_tables
+from benchlib import run_training, simulate_records, write_tables
 
 from dreamddp.summary import warmup_cut
 
@@ -60,14 +60,11 @@ def steady_profile(profile, anchor: dict):
 
 def predictions(records: dict, run_dir: str, args, gbps: float) -> dict:
     from dreamddp.schedule import load_profile
-    from dreamddp.schedule.simulator import simulate_run
 
     profile = load_profile(os.path.join(run_dir, "profile"))
     if "ssgd" in records:
         profile = steady_profile(profile, records["ssgd"])
-    return {algo: simulate_run(profile, rec["config"]["algo"], rec["config"]["bandwidth"], world=args.nproc,
-                               gbps=gbps, groups=rec["extra"]["algorithm"].get("groups"))
-            for algo, rec in records.items()}
+    return simulate_records(profile, records, args.nproc, gbps)
 
 
 def main(argv=None) -> int:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from benchlib import run_training, write_tables
+from benchlib import run_training, simulate_records, write_tables
 
 RUNS = {  # label -> Hydra overrides
     "ssgd": ["algo=ssgd"],
@@ -50,12 +50,9 @@ def run(label: str, overrides: list[str], args) -> dict:
 def predict(records: dict, args) -> dict:
     """Simulator predictions on dreamddp's measured profile at the same link."""
     from dreamddp.schedule import load_profile
-    from dreamddp.schedule.simulator import simulate_run
 
     profile = load_profile(os.path.join(records["dreamddp"]["_dir"], "profile"))
-    return {label: simulate_run(profile, rec["config"]["algo"], rec["config"]["bandwidth"], world=args.nproc,
-                                gbps=args.gbps, groups=rec["extra"]["algorithm"].get("groups")).mean_iter
-            for label, rec in records.items()}
+    return {label: r.mean_iter for label, r in simulate_records(profile, records, args.nproc, args.gbps).items()}
 
 
 def main(argv=None) -> int:
