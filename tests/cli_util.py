@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,3 +14,14 @@ if not Path(RUN[0]).exists():  # not installed as a script: the module works the
 
 def dreamddp_run(args: list[str], cwd=None, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(RUN + list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def train_completed(run_dir: Path, args: list[str], timeout: float = 300) -> dict:
+    """Run a job into ``run_dir`` that must complete; its output is kept beside
+    it (``<run_dir>.log``) for a failure's cause.  Returns the run record."""
+    proc = dreamddp_run([*args, f"hydra.run.dir={run_dir}"], timeout=timeout)
+    (run_dir.parent / f"{run_dir.name}.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "completed", record["error"]
+    return record

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_util import RUN
+from cli_util import RUN, train_completed
 from dreamddp.config import ConfigError, validate
 from test_netshape import _tc_skip_reason  # one definition of "can this host shape links"
 
@@ -45,13 +45,7 @@ def _netns_of(pid: int) -> list[str]:
 
 
 def _train(run_dir: Path, *overrides: str) -> dict:
-    proc = subprocess.run([*RUN, *SMALL, *overrides, f"hydra.run.dir={run_dir}"],
-                          capture_output=True, text=True, timeout=300)
-    (run_dir.parent / f"{run_dir.name}.log").write_text(proc.stdout + proc.stderr)  # for a failure's cause
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    record = json.loads((run_dir / "run.json").read_text())
-    assert record["status"] == "completed"
-    return record
+    return train_completed(run_dir, [*SMALL, *overrides])
 
 
 def _ratio(tc: dict, emu: dict) -> float:
