@@ -17,8 +17,9 @@ A worker file holds the model's parameters and buffers, optimizer and LR
 schedule state, the algorithm's own state (``Algorithm.state_dict``: e.g.
 Streaming DiLoCo's anchor, outer momentum and landed-but-unmerged means), the
 worker's position in its data shard, RNG states, and the set-up a resumed run
-must not measure again (``warmup.setup_state``: DreamDDP's schedule, a
-calibrated link bandwidth).  The trainer completes all communication in flight
+must not measure again: ``{"link": Link.setup_state(), "algorithm": the
+set-up Algorithm.prepare returned}`` (a calibrated link rate, DreamDDP's
+schedule).  The trainer completes all communication in flight
 (``engine.flush``) before it saves.
 """
 
@@ -33,7 +34,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
-from dreamddp.record import write_json_atomic
+from dreamddp.atomic import write_json
 
 META = "meta.json"
 SUBDIR = "checkpoints"
@@ -150,7 +151,7 @@ def save(run_dir: str, step: int, rank: int, state: dict, run: dict, keep: int) 
     if dist.is_initialized():
         dist.barrier()  # every worker's file is in place
     if rank == 0:
-        write_json_atomic(d / META, {"step": step, "run": run})
+        write_json(d / META, {"step": step, "run": run})
         if keep > 0:
             for old in _complete_steps(d.parent)[:-keep]:
                 shutil.rmtree(old, ignore_errors=True)

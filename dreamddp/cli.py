@@ -13,8 +13,6 @@ Errors a user can fix print ``error: <one line>`` and exit with status 2.
 
 from __future__ import annotations
 
-import dreamddp  # noqa: F401  (torchvision import fix before anything else)
-
 import os
 import sys
 from pathlib import Path
@@ -26,6 +24,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from dreamddp import launch
+from dreamddp.comm.links import LINKS
 from dreamddp.config import CONFIG_NAME, ConfigError, conf_dir, validate
 
 # Hydra overrides that describe the launching process, not the run: never passed to workers.
@@ -124,9 +123,7 @@ def _task(cfg: DictConfig) -> None:
         if hc.mode == RunMode.MULTIRUN:
             validate(cfg)
         if launch.in_worker():
-            if cfg.bandwidth.backend == "tc" and not os.environ.get(launch.LAUNCHED_ENV):
-                raise ConfigError("bandwidth.backend=tc: workers must be started by dreamddp-run, "
-                                  "not torchrun/srun (one network namespace per worker)")
+            LINKS.lookup(cfg.bandwidth.backend).check_worker()
             from dreamddp.train import run_worker
 
             run_worker(cfg, run_dir)

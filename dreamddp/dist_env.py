@@ -15,9 +15,15 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Optional
 
+from dreamddp.checks import ConfigError, at_least, choice
+
 if TYPE_CHECKING:
     import torch
     from omegaconf import DictConfig
+
+CLUSTERS = ("local", "slurm")
+DEVICES = ("auto", "cpu", "cuda")
+DIST_BACKENDS = ("auto", "gloo", "nccl")
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,19 @@ class DistContext:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def check(cluster) -> None:
+    """The ``cluster.*`` rules (whether this host has CUDA is validate's environment check)."""
+    choice("cluster.name", cluster.name, CLUSTERS)
+    for key in ("nproc", "nnodes", "threads_per_worker"):
+        at_least(f"cluster.{key}", cluster[key], 1)
+    if not 0 <= cluster.master_port <= 65535:
+        raise ConfigError(f"cluster.master_port={cluster.master_port}: must be 0 (pick a free port) or 1..65535")
+    choice("cluster.device", cluster.device, DEVICES)
+    choice("cluster.dist_backend", cluster.dist_backend, DIST_BACKENDS)
+    if cluster.device == "cpu" and cluster.dist_backend == "nccl":
+        raise ConfigError("cluster.dist_backend=nccl: needs cluster.device=cuda (use gloo on cpu)")
 
 
 def first_host(nodelist: str) -> str:

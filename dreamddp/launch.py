@@ -3,11 +3,11 @@
 The CLI calls ``launch_workers`` when it is not itself a worker (no torchrun or
 srun identity in its environment): on a laptop, inside a one-task SLURM job
 (submitit), or under a Hydra multirun.  The default way is torchrun on this
-host; ``bandwidth.backend=tc`` branches off to one process per shaped network
-namespace (dreamddp.netshape), because torchrun forks every worker into the
-same namespace.  Whatever the way, the parent forwards SIGINT/SIGTERM, kills
-stragglers after a grace period, and makes sure run.json does not stay
-"running" when the workers died without closing it.
+host; a link type with a launcher of its own (``bandwidth.backend=tc``: one
+process per shaped network namespace) starts them instead.  Whatever the way,
+the parent forwards SIGINT/SIGTERM and kills stragglers after a grace period
+(dreamddp.supervise), and makes sure run.json does not stay "running" when the
+workers died without closing it.
 """
 
 from __future__ import annotations
@@ -15,24 +15,22 @@ from __future__ import annotations
 import logging
 import os
 import re
-import signal
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
 from omegaconf import DictConfig
 
-from dreamddp.config import ConfigError
+from dreamddp.checks import ConfigError
+from dreamddp.comm.links import LINKS
+from dreamddp.comm.links.tc import LAUNCHED_ENV
 from dreamddp.dist_env import worker_env
 from dreamddp.record import load_record, mark_failed
+from dreamddp.supervise import supervise
 
 log = logging.getLogger(__name__)
 
-GRACE_S = 30.0  # after a forwarded signal, how long workers get before SIGKILL
-LAUNCHED_ENV = "DREAMDDP_LAUNCHED"  # set in workers this module started
 _SAFE = re.compile(r"[A-Za-z0-9_./@:+-]+")
 
 
@@ -78,96 +76,11 @@ def worker_environment(cfg: DictConfig, environ: Optional[dict] = None) -> dict[
     return env
 
 
-def _descendants(pid: int) -> list[int]:
-    """All live descendants of ``pid`` (torchrun's workers lead their own sessions)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, stack = [], [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    for pid in [*_descendants(proc.pid), proc.pid]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    proc.wait()
-
-
-def supervise(cmd: list[str], env: dict[str, str]) -> int:
-    """Run ``cmd`` in its own session; forward SIGINT/SIGTERM; return its exit status.
-
-    A forwarded signal gives the process tree GRACE_S to stop, then it is
-    killed; either way nothing started here outlives this call.  Exit status
-    after a signal is 128 + signum, as a shell reports it.
-    """
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-    caught: list[int] = []
-
-    def forward(signum, _frame):
-        caught.append(signum)
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    first_signal = None
-    try:
-        while True:
-            try:
-                rc = proc.wait(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                if caught and first_signal is None:
-                    first_signal = time.monotonic()
-                if first_signal is not None and time.monotonic() - first_signal > GRACE_S:
-                    log.warning("workers ignored the signal for %.0f s: killing them", GRACE_S)
-                    _kill_tree(proc)
-                    rc = proc.returncode
-                    break
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if proc.poll() is None:  # an exception in this loop: leave nothing behind
-            _kill_tree(proc)
-    if caught:
-        return 128 + caught[0]
-    return 128 - rc if rc < 0 else rc
-
-
 def _launch_torchrun(cfg: DictConfig, run_dir: str, argv: list[str], env: dict[str, str]) -> int:
     port = int(cfg.cluster.master_port) or free_port()
     cmd = torchrun_command(cfg, run_dir, argv, port)
     log.info("starting %d workers: %s", cfg.cluster.nproc, " ".join(cmd))
     return supervise(cmd, env)
-
-
-def _launch_tc(cfg: DictConfig, run_dir: str, argv: list[str], env: dict[str, str]) -> int:
-    """One worker per shaped network namespace (needs root, or re-runs under a user namespace)."""
-    from dreamddp import netshape
-
-    if netshape.needs_user_namespace():
-        # Become root of a fresh user+net+mount namespace; the launcher there shapes.
-        return supervise(netshape.userns_argv(worker_command(argv, run_dir)), env)
-    port = int(cfg.cluster.master_port) or 29500  # private namespaces: any port is free
-    per_worker = cfg.bandwidth.get("worker_gbps")  # heterogeneous uplinks, validated against nproc
-    rates = [float(g) for g in per_worker] if per_worker else float(cfg.bandwidth.gbps)
-    net = netshape.ShapedNetwork(int(cfg.cluster.nproc), rates)
-    log.info("starting %d workers in shaped namespaces at %s Gbit/s", cfg.cluster.nproc, rates)
-    return netshape.launch_shaped(net, lambda rank: worker_command(argv, run_dir), env, port)
 
 
 def check_launchable(cfg: DictConfig, environ: Optional[dict] = None) -> None:
@@ -203,8 +116,9 @@ def launch_workers(cfg: DictConfig, run_dir: str, argv: list[str]) -> int:
     check_launchable(cfg)
     prepare_data(cfg)
     env = worker_environment(cfg)
-    if cfg.bandwidth.backend == "tc":
-        rc = _launch_tc(cfg, run_dir, argv, env)
+    own_launcher = LINKS.lookup(cfg.bandwidth.backend).launch_workers
+    if own_launcher is not None:  # e.g. tc: one process per shaped network namespace
+        rc = own_launcher(cfg, worker_command(argv, run_dir), env)
     else:
         rc = _launch_torchrun(cfg, run_dir, argv, env)
     try:

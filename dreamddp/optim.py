@@ -10,6 +10,24 @@ import math
 
 import torch
 
+from dreamddp.checks import ConfigError, at_least, between, choice, positive
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+LR_SCHEDULES = ("constant", "cosine", "step")
+
+
+def check(train) -> None:
+    """The rules on the optimizer's and the LR schedule's ``train.*`` fields."""
+    positive("train.lr", train.lr)
+    choice("train.optimizer", train.optimizer, OPTIMIZERS)
+    choice("train.lr_schedule", train.lr_schedule, LR_SCHEDULES)
+    between("train.momentum", train.momentum, 0, 1, open_high=True)
+    at_least("train.weight_decay", train.weight_decay, 0)
+    at_least("train.grad_clip", train.grad_clip, 0)
+    at_least("train.warmup_iterations", train.warmup_iterations, 0)
+    if train.warmup_iterations > train.iterations:
+        raise ConfigError(f"train.warmup_iterations={train.warmup_iterations}: exceeds train.iterations={train.iterations}")
+
 
 def build_optimizer(train_cfg, params) -> torch.optim.Optimizer:
     params = list(params)
@@ -20,7 +38,7 @@ def build_optimizer(train_cfg, params) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
-    raise ValueError(f"train.optimizer={name}: unknown optimizer; choose from sgd, adam, adamw")
+    raise ConfigError(f"train.optimizer={name}: unknown value; choose from {', '.join(OPTIMIZERS)}")
 
 
 def lr_factor(schedule: str, t: int, total: int, warmup: int) -> float:
@@ -34,7 +52,7 @@ def lr_factor(schedule: str, t: int, total: int, warmup: int) -> float:
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
     if schedule == "step":  # /10 at 50% and 75%, the usual CIFAR recipe
         return 0.1 ** (int(progress >= 0.5) + int(progress >= 0.75))
-    raise ValueError(f"train.lr_schedule={schedule}: unknown schedule; choose from constant, cosine, step")
+    raise ConfigError(f"train.lr_schedule={schedule}: unknown value; choose from {', '.join(LR_SCHEDULES)}")
 
 
 def build_lr_schedule(train_cfg, optimizer) -> torch.optim.lr_scheduler.LambdaLR:

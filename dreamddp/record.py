@@ -14,13 +14,14 @@ import json
 import os
 import platform
 import subprocess
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from dreamddp.atomic import write_json
 
 RECORD_NAME = "run.json"
 SCHEMA_VERSION = 1
@@ -74,20 +75,6 @@ def _hardware() -> dict[str, Any]:
         "memory_bytes": memory,
         "gpus": gpus,
     }
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write ``data`` to ``path`` so that ``path`` is always either old or new, never partial."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, default=str)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_record(path: str | os.PathLike) -> dict:
@@ -175,7 +162,7 @@ class RunRecord:
         self.flush()
 
     def flush(self) -> None:
-        write_json_atomic(self.path, self.data)
+        write_json(self.path, self.data)
         self._last_flush = time.monotonic()
         self._unflushed = 0
 
@@ -195,5 +182,5 @@ def mark_failed(run_dir: str, cfg: DictConfig, message: str) -> bool:
     if data.get("status") in ("completed", "failed"):
         return False
     data.update(status="failed", error=message, end_time=time.time())
-    write_json_atomic(path, data)
+    write_json(path, data)
     return True

@@ -17,9 +17,15 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from dreamddp.checks import choice
+
 MODES = ("offline", "online", "disabled")
 # Legacy WANDB_MODE spellings wandb itself still accepts.
 _ALIASES = {"dryrun": "offline", "run": "online"}
+
+
+def check(wandb_cfg) -> None:
+    choice("wandb.mode", wandb_cfg.mode, MODES)
 
 
 def resolve_mode(cfg_mode: str, environ: Optional[dict] = None) -> str:

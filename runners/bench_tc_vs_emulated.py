@@ -77,7 +77,7 @@ def _run(a: argparse.Namespace, algo: str, backend: str, extra: list[str]) -> di
 
 
 def compare(a: argparse.Namespace, algo: str) -> dict:
-    tc = _run(a, algo, "tc", [f"algo.profile_iterations={a.profile_iterations}"] if algo == "dreamddp" else [])
+    tc = _run(a, algo, "tc", [f"warmup.profile_iterations={a.profile_iterations}"] if algo == "dreamddp" else [])
     extra = []
     if algo == "dreamddp":  # both runs follow the schedule profiled over the shaped link
         extra = [f"algo.schedule={os.path.abspath(os.path.join(a.out, 'runs', 'dreamddp_tc', 'schedule.json'))}"]

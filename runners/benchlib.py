@@ -44,10 +44,10 @@ def run_training(run_dir: str, overrides: list[str], label: str = "") -> dict:
 def simulate_records(profile, records: dict, world: int, gbps: float) -> dict:
     """The simulator's result for each run record (label -> SimResult), on ``profile``
     at ``gbps``, with the algorithm settings and unit groups each run recorded."""
-    from dreamddp.schedule.simulator import simulate_run
+    from dreamddp.prediction import record_link, simulate_record
 
-    return {label: simulate_run(profile, rec["config"]["algo"], rec["config"]["bandwidth"], world=world,
-                                gbps=gbps, groups=rec["extra"]["algorithm"].get("groups"))
+    return {label: simulate_record(profile, rec["config"], world=world, link=record_link(rec["config"], gbps),
+                                   groups=rec["extra"]["algorithm"].get("groups"))
             for label, rec in records.items()}
 
 

@@ -18,7 +18,8 @@ import csv
 import sys
 from pathlib import Path
 
-from dreamddp.schedule.compare import iteration_time_table, project
+from dreamddp.prediction import iteration_time_table
+from dreamddp.schedule.compare import project
 from dreamddp.schedule.profile import load_profile
 
 

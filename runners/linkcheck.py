@@ -64,7 +64,7 @@ def worker(a: argparse.Namespace) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     if a.backend == "emulated":
         from dreamddp.comm.communicator import Communicator
-        from dreamddp.comm.link import EmulatedLink
+        from dreamddp.comm.links.emulated import EmulatedLink
 
         comm = Communicator(group=None, link=EmulatedLink(a.rates[0], a.latency_ms, a.calibration))
         reduce = lambda t: comm.all_reduce_avg(t).wait()  # noqa: E731
@@ -110,7 +110,7 @@ def _launch_local(a: argparse.Namespace, argv_for_rank) -> int:
 
 def measure(a: argparse.Namespace) -> list[dict]:
     """Run the workers under the chosen backend; rows with time/formula/ratio."""
-    from dreamddp.comm.link import collective_time
+    from dreamddp.comm.cost import collective_time
 
     with tempfile.TemporaryDirectory(prefix="linkcheck") as tmp:
         out = os.path.join(tmp, "rows.json")

@@ -17,7 +17,7 @@ for _key, _value in {
 }.items():
     os.environ[_key] = _value
 
-import dreamddp  # noqa: E402,F401  (torchvision import fix first)
+from dreamddp import _compat  # noqa: E402,F401  (torchvision import fix first)
 
 import pytest  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
 from torch import nn
+
+from dreamddp.algorithms import ALGORITHMS, build_algorithm
 
 
 def small_model(seed: int = 0) -> nn.Module:
@@ -14,10 +14,15 @@ def small_model(seed: int = 0) -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 32), nn.LayerNorm(32), nn.Linear(32, 4))
 
 
-def algo_cfg(name: str, **kw) -> SimpleNamespace:
-    base = dict(name=name, H=2, schedule=None, bucket_mb=25.0, profile_iterations=3)
-    base.update(kw)
-    return SimpleNamespace(**base)
+def algo_cfg(name: str, **kw):
+    """The algorithm's own Config, H=2 unless given (a key it does not declare is an error)."""
+    return ALGORITHMS[name].Config(name=name, **{"H": 2, **kw})
+
+
+def build(name: str, sched: dict | None = None, **kw):
+    """``build_algorithm`` on ``algo_cfg(name, **kw)``; ``sched`` is a schedule set-up (dreamddp)."""
+    setup = None if sched is None else {"schedule": {"H": kw.get("H", 2), "schedule": sched}}
+    return build_algorithm(algo_cfg(name, **kw), setup)
 
 
 def batch(rank: int, t: int, n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:

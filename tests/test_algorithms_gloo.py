@@ -9,18 +9,17 @@ from torch.distributed.algorithms.model_averaging.averagers import PeriodicModel
 from torch.distributed.optim import PostLocalSGDOptimizer
 
 from dist_util import run_workers
-from dreamddp.algorithms import build_algorithm
 from dreamddp.comm.communicator import Communicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.units import enumerate_units
-from engine_fixtures import algo_cfg, batch, engine_step, loss_of, small_model
+from engine_fixtures import batch, build, engine_step, loss_of, small_model
 
 STEPS = 7
 
 
 def _train_engine(rank, name, opt_name="sgd", steps=STEPS, on_before_step=None, **kw):
     model = small_model()
-    engine = PartialSyncEngine(model, enumerate_units(model), Communicator(), build_algorithm(algo_cfg(name, **kw)))
+    engine = PartialSyncEngine(model, enumerate_units(model), Communicator(), build(name, **kw))
     opt = _opt(opt_name, model)
     clip = 1.0 if opt_name == "adam" else 0.0
     for t in range(steps):
@@ -112,9 +111,7 @@ def _partial_sync_consistency(rank, world, name, kw):
     ],
 )
 def test_partial_sync_units_bitwise_equal_after_sync_and_each_once_per_window(name, kw):
-    if name == "dreamddp":
-        pytest.importorskip("dreamddp.algorithms.dreamddp")
-    results = run_workers(_partial_with_schedule, 2, name, kw)
+    results = run_workers(_partial_sync_consistency, 2, name, kw)
     snapshots, finals = zip(*results)
     H = kw["H"]
     for rank_snaps in snapshots:
@@ -129,24 +126,3 @@ def test_partial_sync_units_bitwise_equal_after_sync_and_each_once_per_window(na
             extra = {u: c for u, c in counts.items() if c != 1}
             assert extra == ({0: 2} if name == "dreamddp" else {})
     assert not torch.equal(finals[0], finals[1])  # the local step after the average: replicas differ
-
-
-def _partial_with_schedule(rank, world, name, kw):
-    kw = dict(kw)
-    sched = kw.pop("sched", None)
-    if sched is None:
-        return _partial_sync_consistency(rank, world, name, kw)
-    import dreamddp.algorithms as algos
-
-    real_build = algos.build_algorithm
-
-    def build_with_schedule(cfg):
-        algo = real_build(cfg)
-        algo.set_schedule(cfg.H, sched)
-        return algo
-
-    globals()["build_algorithm"] = build_with_schedule
-    try:
-        return _partial_sync_consistency(rank, world, name, kw)
-    finally:
-        globals()["build_algorithm"] = real_build

@@ -57,7 +57,7 @@ def _train(run_dir: Path, *overrides: str) -> dict:
 @pytest.mark.parametrize("algo", [
     ["algo=streaming_diloco", "algo.H=4", "algo.fragments=2", "algo.tau=1", "algo.quantize=e3m0"],
     ["algo=dear", "algo.bucket_mb=0.5"],
-    ["algo=dreamddp", "algo.H=3", "algo.overlap_forward=true", "algo.profile_iterations=2", "bandwidth=ratio7"],
+    ["algo=dreamddp", "algo.H=3", "algo.overlap_forward=true", "warmup.profile_iterations=2", "bandwidth=ratio7"],
     ["algo=ddp"],
 ], ids=["streaming_diloco", "dear", "dreamddp_overlap", "ddp"])
 def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path, algo):

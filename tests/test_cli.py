@@ -41,6 +41,7 @@ def test_help_lists_groups(tmp_path):
     from dreamddp.algorithms import ALGORITHMS
 
     assert "algo: " + ", ".join(sorted(ALGORITHMS)) in out.stdout
+    assert "schema/algo: " + ", ".join(sorted(ALGORITHMS)) in out.stdout  # each one's typed options
     assert not (tmp_path / "outputs").exists()
 
 
@@ -78,6 +79,49 @@ def test_bad_input_is_one_line_and_starts_nothing(tmp_path, compose_cfg, args, l
     assert len(lines) == 1 and lines[0].startswith(line), out.stderr
     assert not run_dir.exists()  # no run directory, so no run.json
     assert _processes_mentioning(str(run_dir)) == []
+
+
+def _gpt2_unit_names() -> list[str]:
+    import torch
+
+    from dreamddp.models import build_model, model_units
+
+    with torch.device("meta"):
+        return [u.name for u in model_units(build_model("gpt2", "tiny"))]
+
+
+SCHEDULE_FILES = [  # (file text from the tiny GPT-2's unit names, expected line)
+    (lambda units: "{not json", "not a schedule file"),
+    (lambda units: json.dumps({"H": 2, "schedule": {**{u: 0 for u in units}, "transformer.nope": 1}}),
+     "unknown unit 'transformer.nope'"),
+    (lambda units: json.dumps({"H": 2, "schedule": {u: 0 for u in units[1:]}}), f"missing from the schedule"),
+    (lambda units: json.dumps({"H": 2, "schedule": {**{u: 0 for u in units}, units[0]: [1, 2]}}),
+     "assigned to iteration 2, outside [0, 2)"),
+    (lambda units: json.dumps({"H": 3, "schedule": {u: 0 for u in units}}), "the schedule's H=3 is not algo.H=2"),
+]
+
+
+@pytest.mark.parametrize("make,message", SCHEDULE_FILES, ids=["json", "unknown", "missing", "range", "H"])
+def test_bad_schedule_file_is_one_line_naming_the_field(tmp_path, compose_cfg, make, message):
+    from dreamddp.config import ConfigError, validate
+
+    path = tmp_path / "schedule.json"
+    path.write_text(make(_gpt2_unit_names()))
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg(["algo=dreamddp", "algo.H=2", f"algo.schedule={path}"]))
+    text = str(info.value)
+    assert text.startswith(f"algo.schedule={path}: ") and message in text and "\n" not in text
+
+
+def test_bad_schedule_file_starts_nothing(tmp_path):
+    path = tmp_path / "schedule.json"
+    path.write_text(SCHEDULE_FILES[1][0](_gpt2_unit_names()))
+    run_dir = tmp_path / "run"
+    out = _run(["algo=dreamddp", "algo.H=2", f"algo.schedule={path}", f"hydra.run.dir={run_dir}"], tmp_path)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: algo.schedule={path}: unknown unit"), out.stderr
+    assert not run_dir.exists() and _processes_mentioning(str(run_dir)) == []
 
 
 def test_group_option_check_covers_sweeps(capsys):
@@ -136,9 +180,9 @@ def test_supervise_forwards_sigterm_and_kills_stragglers(tmp_path):
     """)
     parent = textwrap.dedent(f"""
         import sys
-        from dreamddp import launch
-        launch.GRACE_S = 1.0
-        sys.exit(launch.supervise([sys.executable, "-c", {child!r}], {{}}))
+        from dreamddp import supervise
+        supervise.GRACE_S = 1.0
+        sys.exit(supervise.supervise([sys.executable, "-c", {child!r}], {{}}))
     """)
     proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"

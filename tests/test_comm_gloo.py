@@ -14,7 +14,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dreamddp.comm import Communicator, EmulatedLink, collective_time
+from dreamddp.comm.communicator import Communicator
+from dreamddp.comm.cost import collective_time
+from dreamddp.comm.links.emulated import EmulatedLink
 
 
 def _free_port() -> int:

@@ -6,14 +6,15 @@ import time
 import pytest
 import torch
 
-from dreamddp.comm import (
-    EmulatedLink,
-    FakeCommunicator,
-    IdealLink,
-    build_link,
-    collective_time,
-    ring_factor,
-)
+from types import SimpleNamespace
+
+from dreamddp.checks import ConfigError
+from dreamddp.comm.cost import collective_time, ring_factor
+from dreamddp.comm.fake import FakeCommunicator
+from dreamddp.comm.links import LINKS, build_link
+from dreamddp.comm.links.emulated import EmulatedLink
+from dreamddp.comm.links.ideal import IdealLink
+from dreamddp.comm.links.tc import TcLink
 
 # gbps = 8 makes the bandwidth term nbytes / 1e9 seconds before the ring factor.
 MB = 1_000_000
@@ -79,17 +80,31 @@ def test_emulated_link_is_fifo():
     assert link.reserve("all_reduce", MB, 2, now=5.0) == pytest.approx((5.0, 5.001))
 
 
-def test_emulated_link_latency_and_settable_gbps():
+def test_emulated_link_latency():
     link = EmulatedLink(gbps=8.0, latency_ms=0.5)
     assert link.reserve("all_reduce", MB, 4, now=0.0) == pytest.approx((0.0, 1.5e-3 + 6 * 5e-4))
     link.reset()
-    link.gbps = 16.0
-    assert link.reserve("reduce_scatter", MB, 4, now=0.0) == pytest.approx((0.0, 0.375e-3 + 3 * 5e-4))
-    with pytest.raises(ValueError, match="bandwidth.gbps"):
-        link.gbps = 0.0
+    assert link.reserve("reduce_scatter", MB, 4, now=0.0) == pytest.approx((0.0, 0.75e-3 + 3 * 5e-4))
     assert link.describe() == {
-        "backend": "emulated", "paced": True, "gbps": 16.0, "latency_ms": 0.5, "calibration": 1.0
+        "backend": "emulated", "paced": True, "gbps": 8.0, "latency_ms": 0.5, "calibration": 1.0
     }
+
+
+def test_emulated_link_rate_from_a_comm_backward_ratio():
+    """comm_ratio: no rate (and no pacing) until calibration measures the backward pass."""
+    link = EmulatedLink(None, comm_ratio=7.0)
+    assert link.needs_calibration
+    with pytest.raises(RuntimeError, match="no rate yet"):
+        link.reserve("all_reduce", MB, 2, now=0.0)
+    warm = SimpleNamespace(backward_time=lambda: 0.5, model_bytes=4 * MB, world=4)
+    info = link.calibrate(warm)
+    # all-reduce of 4 MB on 4 workers sends 1.5 x 4 MB = 48 Mbit; 7 x 0.5 s -> 48e6 / 3.5 bit/s
+    assert link.gbps == pytest.approx(48e6 / 3.5 / 1e9) == info["gbps"]
+    assert not link.needs_calibration
+    assert link.reserve("all_reduce", 4 * MB, 4, now=0.0)[1] == pytest.approx(3.5)
+    fresh = EmulatedLink(None, comm_ratio=7.0)
+    fresh.load_setup_state(link.setup_state())  # what a checkpoint keeps: no new measurement
+    assert fresh.gbps == link.gbps and not fresh.needs_calibration
 
 
 def test_emulated_link_is_thread_safe():
@@ -123,30 +138,38 @@ def test_ideal_link():
     assert link.describe() == {"backend": "ideal", "paced": False}
 
 
+def bw(backend, gbps=None, **kw):
+    return SimpleNamespace(**{"backend": backend, "gbps": gbps, "latency_ms": 0.0, "comm_ratio": None,
+                              "calibration": 1.0, "worker_gbps": None, **kw})
+
+
 def test_build_link():
-    assert isinstance(build_link("ideal", None), IdealLink)
-    emu = build_link("emulated", 1.0, latency_ms=2.0, calibration=1.1)
+    assert set(LINKS) == {"ideal", "emulated", "tc"}
+    assert isinstance(build_link(bw("ideal")), IdealLink)
+    emu = build_link(bw("emulated", 1.0, latency_ms=2.0, calibration=1.1))
     assert isinstance(emu, EmulatedLink)
     assert (emu.gbps, emu.latency_ms, emu.calibration) == (1.0, 2.0, 1.1)
-    tc = build_link("tc", 0.5)
-    assert isinstance(tc, IdealLink)
+    assert emu.model().seconds("all_reduce", MB, 2) == collective_time("all_reduce", MB, 2, 1.0, 2e-3, 1.1)
+    tc = build_link(bw("tc", 0.5))
+    assert isinstance(tc, TcLink) and not tc.paced and tc.reserve("all_reduce", MB, 2, 1.0) == (1.0, 1.0)
     assert tc.describe() == {"backend": "tc", "paced": False, "gbps": 0.5, "latency_ms": 0.0}
+    assert build_link(bw("ideal")).model() is None  # the simulator then uses measured times
 
 
 @pytest.mark.parametrize(
-    "args,kwargs,msg",
+    "cfg,msg",
     [
-        (("emulated", None), {}, "bandwidth.gbps: must be > 0 for the emulated link"),
-        (("emulated", -1.0), {}, "bandwidth.gbps: must be > 0 for the emulated link"),
-        (("tc", None), {}, "bandwidth.gbps: must be > 0 for the tc link"),
-        (("emulated", 1.0), {"latency_ms": -1.0}, "bandwidth.latency_ms"),
-        (("emulated", 1.0), {"calibration": 0.0}, "bandwidth.calibration"),
-        (("nccl", 1.0), {}, "bandwidth.backend: unknown link 'nccl'"),
+        (bw("emulated"), "bandwidth.gbps: required for backend emulated"),
+        (bw("emulated", -1.0), "bandwidth.gbps=-1.0: must be > 0"),
+        (bw("tc"), "bandwidth.gbps: required for backend tc"),
+        (bw("emulated", 1.0, latency_ms=-1.0), "bandwidth.latency_ms"),
+        (bw("emulated", 1.0, calibration=0.0), "bandwidth.calibration"),
+        (bw("nccl", 1.0), "bandwidth.backend=nccl: unknown link"),
     ],
 )
-def test_build_link_errors(args, kwargs, msg):
-    with pytest.raises(ValueError, match=msg):
-        build_link(*args, **kwargs)
+def test_build_link_errors(cfg, msg):
+    with pytest.raises(ConfigError, match=msg):
+        build_link(cfg)
 
 
 # ---------------------------------------------------------------- FakeCommunicator

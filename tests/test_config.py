@@ -67,8 +67,7 @@ STABLE_KEYS = {
     "train.momentum": float, "train.weight_decay": float, "train.grad_clip": float,
     "train.lr_schedule": str, "train.warmup_iterations": int, "train.eval_every": int,
     "train.log_every": int, "train.divergence_every": int, "train.progress": bool,
-    "algo.name": str, "algo.H": int, "algo.schedule": type(None), "algo.bucket_mb": float,
-    "algo.profile_iterations": int,
+    "algo.name": str, "algo.H": int, "warmup.profile_iterations": int,
     "bandwidth.backend": str, "bandwidth.gbps": type(None), "bandwidth.latency_ms": float,
     "bandwidth.comm_ratio": type(None), "bandwidth.calibration": float,
     "cluster.name": str, "cluster.nproc": int, "cluster.nnodes": int, "cluster.device": str,
@@ -146,6 +145,8 @@ def test_schema_refuses_unknown_keys_and_types(compose_cfg):
 
     with pytest.raises(ConfigCompositionException):
         compose_cfg(["train.itrations=5"])
+    with pytest.raises(ConfigCompositionException):  # another algorithm's option
+        compose_cfg(["algo=flsgd", "algo.bucket_mb=1"])
     with pytest.raises(ConfigCompositionException):
         compose_cfg(["train.iterations=abc"])
 
@@ -155,17 +156,20 @@ BAD = [
     (["cluster.threads_per_worker=0"], "cluster.threads_per_worker=0: must be >= 1"),
     (["cluster.master_port=70000"], "cluster.master_port=70000"),
     (["cluster.device=tpu"], "cluster.device=tpu: unknown value"),
-    (["model.size=huge"], "model.size=huge: unknown size; choose from tiny, paper"),
+    (["model.size=huge"], "model.size=huge: unknown size for gpt2; choose from tiny, paper"),
     (["model.name=vgg"], "model.name=vgg: unknown model"),
     (["algo.name=nope"], "algo.name=nope: unknown algorithm"),
     (["algo.H=0"], "algo.H=0: must be >= 1"),
-    (["algo.bucket_mb=0"], "algo.bucket_mb=0.0: must be > 0"),
+    (["algo=ascwfbp", "algo.bucket_mb=0"], "algo.bucket_mb=0.0: must be > 0"),
+    (["algo=dear", "algo.bucket_mb=-1"], "algo.bucket_mb=-1.0: must be > 0"),
     (["algo=dreamddp", "algo.schedule=/x.json"], "algo.schedule=/x.json: file not found"),
+    (["warmup.profile_iterations=0"], "warmup.profile_iterations=0: must be >= 1"),
     (["algo=streaming_diloco", "algo.tau=10"], "algo.tau=10: must be between 0 and algo.H-1=9"),
     (["algo=streaming_diloco", "algo.fragments=11"], "algo.fragments=11: must be between 1 and algo.H=10"),
     (["algo=streaming_diloco", "algo.alpha=1.5"], "algo.alpha=1.5: must be in [0, 1]"),
     (["algo=streaming_diloco", "algo.quantize=int8"], "algo.quantize=int8: unknown value"),
     (["algo=ddp", "bandwidth=1gbit"], "algo=ddp is not paced by the emulated link"),
+    (["algo=ddp", "bandwidth=ratio7"], "algo=ddp is not paced by the emulated link"),
     (["train.iterations=0"], "train.iterations=0: must be >= 1"),
     (["train.batch_size=0"], "train.batch_size=0: must be >= 1"),
     (["train.lr=0"], "train.lr=0.0: must be > 0"),
@@ -176,11 +180,13 @@ BAD = [
     (["bandwidth.backend=emulated"], "bandwidth.gbps: required for backend emulated (or set bandwidth.comm_ratio)"),
     (["bandwidth=1gbit", "bandwidth.comm_ratio=7"], "not both"),
     (["bandwidth=1gbit", "bandwidth.gbps=-1"], "bandwidth.gbps=-1.0: must be > 0"),
-    (["bandwidth.backend=wifi"], "bandwidth.backend=wifi: unknown value"),
+    (["bandwidth.backend=wifi"], "bandwidth.backend=wifi: unknown link"),
     (["data.eval_fraction=1.0"], "data.eval_fraction=1.0"),
+    (["data.block_size=1"], "data.block_size=1: must be >= 2"),
+    (["data.eval_batches=0"], "data.eval_batches=0: must be >= 1"),
     (["data.block_size=4096"], "data.block_size=4096: exceeds"),
-    (["model=resnet18", "data=shakespeare"], "data=shakespeare does not fit model=resnet18 (lm data, image model)"),
-    (["model=gpt2", "data=fashion_mnist"], "data=fashion_mnist does not fit model=gpt2 (image data, lm model)"),
+    (["model=resnet18", "data=shakespeare"], "data=shakespeare: serves task=lm, the model needs task=image"),
+    (["model=gpt2", "data=fashion_mnist"], "data=fashion_mnist: serves task=image, the model needs task=lm"),
     (["model=resnet18", "model.vocab_size=100"], "model.vocab_size=100: only language models"),
     (["wandb.mode=cloud"], "wandb.mode=cloud: unknown value"),
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-import dreamddp  # noqa: F401  (before torchvision)
+from dreamddp import _compat  # noqa: F401  (before torchvision)
 import numpy as np
 import pytest
 import torch

@@ -115,7 +115,7 @@ def test_dear_equals_ssgd_on_gloo(world):
 
 def test_dear_simulator_exact_steady_state():
     from dreamddp.schedule.profile import Profile
-    from dreamddp.schedule.simulator import simulate
+    from dreamddp.prediction import simulate
 
     # Forward a, b, c (backward c, b, a): fwd .2/.2/.1, bp c=1 b=2 a=3, measured all-reduce
     # c=4 b=1 a=2 on 2 workers, so reduce-scatter = all-gather = half; step .25; one unit per group.

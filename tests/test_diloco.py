@@ -22,7 +22,7 @@ DILOCO = dict(fragments=1, fragment_pattern="strided", tau=0, alpha=0.0, outer_l
 
 
 def cfg(name="streaming_diloco", **kw):
-    return algo_cfg(name, **{**DILOCO, **kw})
+    return algo_cfg(name, **({**DILOCO, **kw} if name == "streaming_diloco" else kw))
 
 
 def train(comm, name="streaming_diloco", rank=0, steps=8, model_fn=small_model, after=None, **kw):
@@ -162,20 +162,20 @@ def test_plain_diloco_equals_flsgd_and_replicas_agree_on_the_anchor():
 
 def test_simulator_streaming_diloco():
     from dreamddp.schedule.profile import Profile
-    from dreamddp.schedule.simulator import simulate
+    from dreamddp.prediction import simulate
 
     # Iteration 6.75 s without traffic; all-reduce of the whole model 7 s on 2 workers.
     p = Profile(units=["c", "b", "a"], bp={"c": 1.0, "b": 2.0, "a": 3.0}, comm={"c": 4.0, "b": 1.0, "a": 2.0},
                 fwd={"a": 0.2, "b": 0.2, "c": 0.1}, nbytes={}, step_time=0.25)
-    plain = simulate("streaming_diloco", p, H=2, options={"fragments": 1, "tau": 0})
+    plain = simulate("streaming_diloco", p, H=2, fragments=1, tau=0)
     assert plain.per_iter == simulate("flsgd", p, H=2).per_iter == [(6.75, 0.0), (13.75, 7.0)]
     # tau = 1: the 7 s average launched after step 1 overlaps iteration 2 (6.75 s) and is waited 0.25 s.
-    lag = simulate("streaming_diloco", p, H=2, options={"fragments": 1, "tau": 1})
+    lag = simulate("streaming_diloco", p, H=2, fragments=1, tau=1)
     assert lag.per_iter == [pytest.approx((7.0, 0.25)), pytest.approx((6.75, 0.0))]
     # E3M0: gathered 4-bit payloads (+ a scale per 1024) at half the all-reduce's ring factor.
-    q = simulate("streaming_diloco", p, H=2, options={"fragments": 1, "tau": 0, "quantize": "e3m0"})
+    q = simulate("streaming_diloco", p, H=2, fragments=1, tau=0, quantize="e3m0")
     assert q.per_iter[1][1] == pytest.approx(7 * 0.5 * 2 * e3m0_payload_bytes(2**20, 1024) / 2**22)
     # Two fragments (no blocks here, so every unit is one; strided over forward order a, b, c):
     # fragment 0 = {a, c} (6 s) syncs at even t, fragment 1 = {b} (1 s) at odd t.
-    two = simulate("streaming_diloco", p, H=2, options={"fragments": 2, "tau": 0})
+    two = simulate("streaming_diloco", p, H=2, fragments=2, tau=0)
     assert two.per_iter == [pytest.approx((6.75 + 6.0, 6.0)), pytest.approx((6.75 + 1.0, 1.0))]

@@ -18,12 +18,11 @@ import torch.distributed as dist
 from torch import nn
 
 from dist_util import free_port
-from dreamddp.algorithms import build_algorithm
 from dreamddp.algorithms.nosync import NoSync
 from dreamddp.comm.communicator import Communicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.units import enumerate_units
-from engine_fixtures import algo_cfg
+from engine_fixtures import build
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +68,6 @@ def allocated_during(prof) -> int:
     "name, kw", [("ssgd", {}), ("ascwfbp", {"bucket_mb": 0.5}), ("flsgd", {"H": 3}), ("plsgd_enp", {"H": 3})]
 )
 def test_algorithm_allocates_no_model_copy(one_worker_group, name, kw):
-    base, model_bytes = allocated_bytes(NoSync(None))
-    used, _ = allocated_bytes(build_algorithm(algo_cfg(name, **kw)))
+    base, model_bytes = allocated_bytes(build("nosync"))
+    used, _ = allocated_bytes(build(name, **kw))
     assert used - base < 0.01 * model_bytes, f"{name} allocated {used - base} extra bytes (model: {model_bytes})"

@@ -7,14 +7,12 @@ import json
 import pytest
 import torch
 
-from dreamddp.algorithms import build_algorithm
-from dreamddp.algorithms.ascwfbp import buckets
-from dreamddp.algorithms.partial import equal_count_groups
-from dreamddp.algorithms.schedule_file import ScheduleError, read_schedule
+from dreamddp.schedule.partition import buckets, equal_count_groups
+from dreamddp.schedule.schedule_file import ScheduleError, read_schedule
 from dreamddp.comm.fake import FakeCommunicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.units import enumerate_units
-from engine_fixtures import algo_cfg, batch, engine_step, loss_of, small_model
+from engine_fixtures import batch, build, engine_step, loss_of, small_model
 
 UNIT_NAMES = ["4", "3", "2", "0"]  # backward order of small_model()
 
@@ -28,9 +26,7 @@ def make(name: str, peer_fn=None, **kw):
     model = small_model()
     units = enumerate_units(model)
     comm = FakeCommunicator(world_size=2, peer_fn=peer_fn)
-    algo = build_algorithm(algo_cfg(name, **kw))
-    if name == "dreamddp":
-        algo.set_schedule(kw.get("H", 2), kw["sched"])
+    algo = build(name, **kw)
     engine = PartialSyncEngine(model, units, comm, algo)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     return model, engine, comm, opt

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import dreamddp  # noqa: F401  (before torchvision / transformers)
+from dreamddp import _compat  # noqa: F401  (before torchvision / transformers)
 from dreamddp.engine.units import leaf_module_names
 from dreamddp.models import (
     MODELS, SIZES, build_model, compute_loss, evaluate, max_positions, model_units,
@@ -72,7 +72,7 @@ def test_registry_contents():
 
 
 @pytest.mark.parametrize("name, size, kw, message", [
-    ("vgg", "tiny", {}, "model=vgg: unknown model; choose from resnet18, resnet50, gpt2, llama2"),
+    ("vgg", "tiny", {}, "model.name=vgg: unknown model; choose from resnet18, resnet50, gpt2, llama2"),
     ("resnet18", "huge", {}, "model.size=huge: unknown size for resnet18; choose from tiny, paper"),
     ("gpt2", "tiny", {"block_size": 129}, "data.block_size=129: exceeds the 128 positions of gpt2"),
     ("llama2", "tiny", {"block_size": 0}, "data.block_size=0: must be a positive integer"),

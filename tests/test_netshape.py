@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamddp.comm.link import collective_time
+from dreamddp.comm.cost import collective_time
 from dreamddp.netshape import (
     ShapedNetwork,
     TcUnavailable,

@@ -9,14 +9,13 @@ import torch
 import torch.distributed as dist
 
 from dist_util import run_workers
-from dreamddp.algorithms import build_algorithm
 from dreamddp.algorithms.dreamddp_overlap import DreamDDPOverlap
 from dreamddp.comm.communicator import Communicator
 from dreamddp.comm.fake import FakeCommunicator
-from dreamddp.comm.link import EmulatedLink
+from dreamddp.comm.links.emulated import EmulatedLink
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.units import enumerate_units
-from engine_fixtures import algo_cfg, batch, engine_step, loss_of, make_opt, small_model
+from engine_fixtures import build, batch, engine_step, loss_of, make_opt, small_model
 
 SCHED = {"4": [0, 1], "3": [0], "2": [1], "0": [1]}  # unit 0 ("4") twice per window (bubble filling)
 
@@ -27,8 +26,7 @@ def peer_zeros(kind, tag, t):
 
 def train(comm, overlap, rank=0, steps=6, opt_name="sgd", clip=0.0, on_engine=None):
     model = small_model()
-    algo = build_algorithm(algo_cfg("dreamddp", H=2, overlap_forward=overlap))
-    algo.set_schedule(2, SCHED)
+    algo = build("dreamddp", SCHED, H=2, overlap_forward=overlap)
     engine = PartialSyncEngine(model, enumerate_units(model), comm, algo)
     opt, sched = make_opt(opt_name, model)
     if on_engine:
@@ -52,8 +50,7 @@ def test_overlap_equals_plain_dreamddp_exactly(opt_name, clip):
 def test_in_flight_units_are_stepped_only_after_their_average():
     comm = FakeCommunicator(2, 0, peer_zeros)
     model = small_model()
-    algo = build_algorithm(algo_cfg("dreamddp", H=2, overlap_forward=True))
-    algo.set_schedule(2, SCHED)
+    algo = build("dreamddp", SCHED, H=2, overlap_forward=True)
     engine = PartialSyncEngine(model, enumerate_units(model), comm, algo)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     before = engine.flat.params.clone()
@@ -126,7 +123,7 @@ def test_slow_link_every_average_lands_before_the_next_forward_and_replicas_agre
 
 def test_simulator_overlap_saves_the_step_on_the_hand_profile():
     from dreamddp.schedule.profile import Profile
-    from dreamddp.schedule.simulator import simulate
+    from dreamddp.prediction import simulate
 
     # Forward a, b, c; backward c=1 b=2 a=3; all-reduce c=4 b=1 a=2; step .25; every unit every iteration.
     # Plain: averages c 1.5->5.5, b ->6.5, a ->8.5 after forward .5: wait 2 at the end of backward.
@@ -135,6 +132,6 @@ def test_simulator_overlap_saves_the_step_on_the_hand_profile():
                 fwd={"a": 0.2, "b": 0.2, "c": 0.1}, nbytes={}, step_time=0.25)
     every = {"a": [0], "b": [0], "c": [0]}
     plain = simulate("dreamddp", p, H=1, schedule=every)
-    overlap = simulate("dreamddp_overlap", p, H=1, schedule=every, iterations=3)
+    overlap = simulate("dreamddp", p, H=1, schedule=every, iterations=3, overlap_forward=True)
     assert (plain.mean_iter, plain.mean_wait) == (8.75, 2.0)
     assert overlap.per_iter == [pytest.approx((8.5, 1.75))] * 3

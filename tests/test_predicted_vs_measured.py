@@ -14,7 +14,7 @@ import sys
 def test_dreamddp_run_records_prediction_close_to_measurement(tmp_path):
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "dreamddp.cli", "algo=dreamddp", "model=gpt2", "bandwidth=ratio7",
-           "algo.H=5", "algo.profile_iterations=5", "train.iterations=15", "train.eval_every=0",
+           "algo.H=5", "warmup.profile_iterations=5", "train.iterations=15", "train.eval_every=0",
            "train.progress=false", f"hydra.run.dir={run_dir}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

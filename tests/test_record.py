@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from dreamddp.record import RECORD_NAME, RunRecord, load_record, mark_failed, write_json_atomic
+from dreamddp.atomic import write_json as write_json_atomic
+from dreamddp.record import RECORD_NAME, RunRecord, load_record, mark_failed
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dreamddp.schedule import load_profile, load_schedule, make_schedule
+from dreamddp.schedule import load_profile, make_schedule, read_schedule
 from dreamddp.schedule.authors_model import aligned, modelled_times
 from dreamddp.schedule.compare import reference_root
 from dreamddp.schedule.cost import total_wait, window_waits
@@ -27,7 +27,7 @@ def test_all_artifact_profiles_found():
 def test_modelled_times_match_artifact(d, which):
     profile = load_profile(d)
     ref = json.loads((d / "modelled_times.json").read_text())
-    schedule = load_schedule(d / "schedule.json")[1] if which == "their_schedule" else None
+    schedule = read_schedule(d / "schedule.json")[1] if which == "their_schedule" else None
     got = modelled_times(profile, 10, schedule)
     for algo, want in ref["algorithm_times"]["H_10"].items():
         assert got["algorithm_times"][algo] == pytest.approx(want, rel=0.01), algo
@@ -41,7 +41,7 @@ def test_modelled_times_match_artifact(d, which):
 @pytest.mark.parametrize("d", ARTIFACT, ids=IDS)
 def test_our_schedule_never_worse_than_theirs(d):
     al = aligned(load_profile(d))
-    H, theirs = load_schedule(d / "schedule.json")
+    H, theirs = read_schedule(d / "schedule.json")
     assert set(theirs) == set(al.units)
     for bubble in (False, True):
         ours = make_schedule(al, H, "dreamddp", bubble=bubble)
@@ -49,7 +49,7 @@ def test_our_schedule_never_worse_than_theirs(d):
         assert total_wait(al, H, ours) >= total_wait(al, H, make_schedule(al, H, "optimal", False)) - 1e-12
 
 
-# Paper-v1 32-GPU table (PAPER.md), A6000 profiles x fixed multipliers (bp, comm).
+# Paper-v1 32-GPU table (the paper-v1 iteration-time table), A6000 profiles x fixed multipliers (bp, comm).
 PAPER_V1 = {
     "resnet18": ((2, 1), (0.8812, 0.5598, 0.1571, 0.1248, 0.1115)),
     "resnet50": ((1, 1), (1.7778, 1.1205, 0.2973, 0.2288, 0.1957)),

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from dreamddp.schedule.cli import main
+from dreamddp.schedule_cli import main
 from dreamddp.schedule.compare import project, reference_root
-from dreamddp.schedule.profile import Profile, load_profile, load_schedule, save_profile, save_schedule, scaled
+from dreamddp.schedule.profile import Profile, load_profile, save_profile, scaled
+from dreamddp.schedule.schedule_file import read_schedule, save_schedule
 
 GPT2 = reference_root() / "artifact/gpt2/8/10gbit"
 
@@ -63,10 +64,10 @@ def test_scaled_and_project():
 def test_schedule_roundtrip_and_validation(tmp_path):
     save_schedule(tmp_path / "s.json", 3, {"a": [0], "b": [1, 2]})
     assert json.loads((tmp_path / "s.json").read_text()) == {"H": 3, "schedule": {"a": 0, "b": [1, 2]}}
-    assert load_schedule(tmp_path / "s.json") == (3, {"a": [0], "b": [1, 2]})
+    assert read_schedule(tmp_path / "s.json") == (3, {"a": [0], "b": [1, 2]})
     (tmp_path / "bad.json").write_text('{"H": 3, "schedule": {"a": 3}}')
-    with pytest.raises(ValueError, match=r"in \[0, 3\)"):
-        load_schedule(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match=r"iteration 3, outside \[0, 3\)"):
+        read_schedule(tmp_path / "bad.json")
 
 
 def test_cli_writes_authors_format(tmp_path, capsys):

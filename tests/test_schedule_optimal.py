@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from dreamddp.schedule.bubble import bubble_fill
 from dreamddp.schedule.cost import run_costs, window_waits
 from dreamddp.schedule.dfs import dfs_cuts
-from dreamddp.schedule.enp import enp, enp_sizes
+from dreamddp.schedule.authors_model import authors_enp as enp, authors_enp_sizes as enp_sizes
 from dreamddp.schedule.optimal import optimal_cuts
 from dreamddp.schedule.profile import Profile
 

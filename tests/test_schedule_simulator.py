@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from dreamddp.schedule.plans import PLANS
+from dreamddp.comm.cost import LinkModel
+from dreamddp.prediction import simulate, simulated_algorithms
 from dreamddp.schedule.profile import Profile
-from dreamddp.schedule.simulator import simulate
 
 UNITS = ["c", "b", "a"]  # backward order
 
@@ -32,8 +32,8 @@ def run(algo, profile, **kw):
     return r.mean_iter, r.mean_wait, r.per_iter
 
 
-def test_registry_has_the_five_algorithms():
-    assert {"ssgd", "ascwfbp", "flsgd", "plsgd_enp", "dreamddp"} <= set(PLANS)
+def test_every_engine_algorithm_has_a_simulator_plan():
+    assert {"ssgd", "ascwfbp", "flsgd", "plsgd_enp", "dreamddp", "streaming_diloco", "dear"} <= set(simulated_algorithms())
 
 
 def test_ssgd():
@@ -50,7 +50,7 @@ def test_ascwfbp_buckets_by_bytes():
     # bucket [c, b] closes at 500 >= 450 bytes, launched at b's gradient (3.5),
     # 5 s -> 8.5; bucket [a] 8.5 -> 10.5: wait 4
     p = tiny({"c": 400, "b": 100, "a": 200})
-    assert run("ascwfbp", p, bucket_bytes=450)[:2] == (10.75, 4.0)
+    assert run("ascwfbp", p, bucket_mb=450 / 2**20)[:2] == (10.75, 4.0)
 
 
 def test_flsgd():
@@ -80,27 +80,28 @@ def test_modelled_link():
     # world 2: ring factor 1, so at 8e-9 Gbit/s one byte takes one second; latency
     # 0.5 s per hop, 2(n-1) = 2 hops: every all-reduce pays +1 s.
     p = tiny({"c": 4, "b": 1, "a": 2})
-    link = dict(world=2, gbps=8e-9, latency_s=0.5)
+    link = dict(world=2, link=LinkModel(8e-9, latency_s=0.5))
     assert run("ssgd", p, **link)[:2] == (14.75, 8.0)  # one fused 7-byte all-reduce: 8 s
     # per unit c=5, b=2, a=3: iteration 0 c 1.5->6.5 (hidden); iteration 1 b 3.5->5.5, a 6.5->9.5
     assert run("dreamddp", p, schedule={"c": [0], "b": [1], "a": [1]}, **link) == (8.25, 1.5, [(6.75, 0.0), (9.75, 3.0)])
     # buckets [c, b] (5 bytes -> 6 s) 3.5->9.5, [a] (3 s) 9.5->12.5
-    assert run("ascwfbp", p, bucket_bytes=5, **link)[:2] == (12.75, 6.0)
+    assert run("ascwfbp", p, bucket_mb=5 / 2**20, **link)[:2] == (12.75, 6.0)
     assert run("flsgd", p, **link)[:2] == (10.75, 4.0)
-    assert run("ssgd", p, world=1, gbps=1.0)[:2] == (6.75, 0.0)  # nobody to talk to
+    assert run("ssgd", p, world=1, link=LinkModel(1.0))[:2] == (6.75, 0.0)  # nobody to talk to
 
 
 def test_calibration_scales_bandwidth_term_only():
     p = tiny({"c": 4, "b": 1, "a": 2})
-    assert run("ssgd", p, world=2, gbps=8e-9, latency_s=0.5, calibration=2.0)[:2] == (21.75, 15.0)
+    assert run("ssgd", p, world=2, link=LinkModel(8e-9, latency_s=0.5, calibration=2.0))[:2] == (21.75, 15.0)
 
 
 @pytest.mark.parametrize(
     "kw,msg",
     [
         (dict(algo="nope"), "unknown"),
-        (dict(H=0), "H must be"),
-        (dict(gbps=1.0), "no nbytes"),
+        (dict(H=0), "algo.H=0: must be >= 1"),
+        (dict(link=LinkModel(1.0)), "no nbytes"),
+        (dict(bucket_mb=1.0), "no option 'bucket_mb'"),
         (dict(iterations=0), "iterations"),
         (dict(schedule={"zz": [0]}), "does not have"),
         (dict(schedule={"c": [5]}), "outside"),

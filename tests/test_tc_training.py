@@ -66,7 +66,7 @@ def test_ssgd_tc_matches_emulated(tmp_path):
 @needs_tc
 def test_dreamddp_tc_matches_emulated_on_one_schedule(tmp_path):
     # H=2: half the parameters per iteration, so the link still dominates.
-    algo = ["algo=dreamddp", "algo.H=2", "algo.profile_iterations=1"]
+    algo = ["algo=dreamddp", "algo.H=2", "warmup.profile_iterations=1"]
     tc = _train(tmp_path / "tc", *algo, "bandwidth=tc_1gbit", f"bandwidth.gbps={GBPS}")
     schedule = tmp_path / "tc" / "schedule.json"  # profiled over the shaped link; both runs follow it
     emu = _train(tmp_path / "emu", *algo, f"algo.schedule={schedule}", "bandwidth=1gbit",

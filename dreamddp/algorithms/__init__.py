@@ -1,29 +1,34 @@
-"""Algorithm registry: ``algo.name`` -> class (one small module each)."""
+"""Algorithm registry: ``algo.name`` -> class, one module each (see base.Algorithm).
 
-from dreamddp.algorithms.ascwfbp import ASCWFBP
-from dreamddp.algorithms.base import Algorithm
-from dreamddp.algorithms.ddp import DDP
-from dreamddp.algorithms.dear import DeAR
-from dreamddp.algorithms.dreamddp import DreamDDP
-from dreamddp.algorithms.dreamddp_overlap import DreamDDPOverlap
-from dreamddp.algorithms.flsgd import FLSGD
-from dreamddp.algorithms.partial import PLSGDENP
-from dreamddp.algorithms.ssgd import SSGD
-from dreamddp.algorithms.streaming_diloco import StreamingDiLoCo
+Every public module of this package is imported here, so an algorithm is
+added by adding its module (and its conf/algo yaml); a module registers its
+class with ``@ALGORITHMS.register``.  ``register_algorithm`` adds one from
+elsewhere (a plugin, a test).
+"""
 
-ALGORITHMS: dict[str, type[Algorithm]] = {
-    cls.name: cls for cls in (DDP, SSGD, ASCWFBP, FLSGD, PLSGDENP, DreamDDP, StreamingDiLoCo, DeAR)
-}
+from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm, Display
+from dreamddp.registry import import_all
+
+import_all(__name__, __path__)
 
 
-def build_algorithm(cfg) -> Algorithm:
-    try:
-        cls = ALGORITHMS[cfg.name]
-    except KeyError:
-        raise ValueError(f"algo={cfg.name}: unknown algorithm; choose from {', '.join(ALGORITHMS)}") from None
-    if cls is DreamDDP and getattr(cfg, "overlap_forward", False):
-        cls = DreamDDPOverlap  # same name and schedule, averages completed in the next forward
-    return cls(cfg)
+def register_algorithm(cls: type[Algorithm]) -> type[Algorithm]:
+    """Add an algorithm defined outside this package; call ``dreamddp.config.setup()``
+    afterwards so Hydra knows its ``algo`` schema."""
+    return ALGORITHMS.register(cls)
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "build_algorithm"]
+def build_algorithm(cfg, setup: dict | None = None) -> Algorithm:
+    """The algorithm ``cfg.name`` names, complete: config checked, set-up applied."""
+    return ALGORITHMS.lookup(cfg.name).build(cfg, setup)
+
+
+def algo_config(values: dict):
+    """An algorithm's Config from a plain mapping (e.g. a run record's ``config.algo``);
+    keys its Config does not declare (older records) are ignored."""
+    cls = ALGORITHMS.lookup(values["name"]).Config
+    fields = cls.__dataclass_fields__
+    return cls(**{k: v for k, v in values.items() if k in fields})
+
+
+__all__ = ["ALGORITHMS", "AlgoConfig", "Algorithm", "Display", "algo_config", "build_algorithm", "register_algorithm"]

@@ -1,34 +1,113 @@
-"""The algorithm interface: a plan per iteration plus optional policy hooks.
+"""The algorithm interface: one class per algorithm, and everything about it in its module.
+
+An algorithm module holds one :class:`Algorithm` subclass registered with
+``@ALGORITHMS.register``.  The class owns:
+
+- ``Config``: its dataclass of ``algo.*`` options, one comment per field (Hydra
+  types ``algo`` with it, so a key another algorithm owns is refused);
+- ``check(cfg)``: the rules on those options, one line naming the field;
+  ``check_model(cfg, layout)``: rules that need the model's units (a schedule file);
+- ``prepare(cfg, warmup)``: its warm-up needs (DreamDDP profiles and schedules),
+  returning a JSON-able ``setup`` that the constructor takes and checkpoints keep;
+- ``plan(t)`` / ``launch`` / lifecycle callbacks: its engine plan (WHAT to
+  synchronise and WHEN, in the vocabulary of :mod:`dreamddp.engine.plan`);
+- ``simulation(ctx)``: its simulator plan, ``t -> IterPlan``;
+- ``display``: how results tables and figures name and order it.
 
 An algorithm never touches communication or timing directly: it tells the
-engine WHAT to synchronise and WHEN (a :mod:`dreamddp.engine.plan`), and may
-override ``launch`` (e.g. to use a different collective) and the lifecycle
-callbacks.  Plans are built once in :meth:`bind` and reused, so the hot path
-does no planning work.
+engine what to synchronise and when, and may override ``launch`` (e.g. to use
+another collective).  Plans are built once in :meth:`bind` and reused, so the
+hot path does no planning work.  Modules import torch lazily (dreamddp.lazy):
+the planning library simulates algorithms without loading it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
 
+from omegaconf import MISSING
+
+from dreamddp.checks import at_least
 from dreamddp.engine.plan import Plan, SyncOp
+from dreamddp.registry import Registry
+from dreamddp.schedule.simulator import PlanFn, SimContext
+
+
+@dataclass
+class AlgoConfig:
+    # Registry name in dreamddp.algorithms.ALGORITHMS; each conf/algo yaml sets its own.
+    name: str = MISSING
+    # Window in iterations: the sync period of the periodic algorithms (every unit syncs at
+    # least once per H); the others use it only as the period of the per-unit timelines
+    # kept in the run record.
+    H: int = 10
+
+
+@dataclass(frozen=True)
+class Display:
+    label: str  # name in tables and figures
+    order: int  # position in tables and legends (lower first)
+    periodic: bool = False  # syncs once per H-window, so runs are labelled by H
+    authors_key: str | None = None  # the DreamDDP artifact's name for it (modelled_times.json)
+
+
+ALGORITHMS: Registry = Registry("algorithm", "algo.name")
 
 
 class Algorithm:
-    name = "base"
-    uses_engine = True  # False: the model syncs itself (torch DDP)
-    uses_forward_hooks = False  # True: engine installs per-unit forward pre-hooks
-    owns_optimizer_step = False  # True: engine.step calls optimizer_step() instead of clip + optimizer.step()
-    owns_grad_zeroing = False  # True: begin_iteration leaves the flat gradient buffer alone
+    name: ClassVar[str] = "base"
+    Config: ClassVar[type] = AlgoConfig
+    display: ClassVar[Display] = Display("base", 999)
+    uses_engine: ClassVar[bool] = True  # False: the model syncs itself (torch DDP)
+    uses_forward_hooks: ClassVar[bool] = False  # True: engine installs per-unit forward pre-hooks
+    owns_optimizer_step: ClassVar[bool] = False  # True: engine.step calls optimizer_step() instead of clip + step
+    owns_grad_zeroing: ClassVar[bool] = False  # True: begin_iteration leaves the flat gradient buffer alone
+    scheduled: ClassVar[bool] = False  # True: its per-iteration assignment is a scheduler's output (a schedule)
 
-    def __init__(self, cfg: Any):
+    # ---- configuration and set-up (class level: before any instance exists) ----
+    @classmethod
+    def check(cls, cfg) -> None:
+        """Refuse bad ``algo.*`` values (ConfigError, one line naming the field)."""
+        at_least("algo.H", cfg.H, 1)
+
+    @classmethod
+    def check_model(cls, cfg, layout: Callable[[], Any]) -> None:
+        """Rules that need the model: ``layout()`` gives its unit and module names (built
+        on the meta device, so call it only when needed)."""
+
+    @classmethod
+    def prepare(cls, cfg, warmup) -> dict:
+        """Warm-up needs, run on the live job before training (``dreamddp.warmup.Warmup``);
+        the returned set-up is passed to the constructor and kept by checkpoints."""
+        return {}
+
+    @classmethod
+    def simulation(cls, ctx: SimContext) -> PlanFn | None:
+        """The simulator's plan ``t -> IterPlan`` (None: this algorithm is not simulated)."""
+        return None
+
+    @classmethod
+    def variant(cls, cfg) -> str:
+        """The name results tables give a run of this algorithm (``cfg``: a run record's
+        ``config.algo`` mapping); options that make it another method may show here."""
+        return cls.name
+
+    @classmethod
+    def build(cls, cfg, setup: dict | None = None) -> "Algorithm":
+        return cls(cfg, setup)
+
+    def __init__(self, cfg: Any, setup: dict | None = None):
+        type(self).check(cfg)
         self.cfg = cfg
+        self.setup = dict(setup or {})
 
+    # ---- engine side ----
     def bind(self, engine) -> None:
         """Called once by the engine; precompute plans from ``engine.units``."""
 
     def plan(self, t: int) -> Plan:
-        raise NotImplementedError(f"{type(self).__name__} must define plan()")
+        return ()
 
     def launch(self, engine, op: SyncOp, tensor):
         tag = f"{op.payload.value}:{engine.units[op.first].name}" if op.first == op.last else f"{op.payload.value}:{op.first}-{op.last}"

@@ -2,19 +2,18 @@
 
 Not built on the engine: DDP buckets and all-reduces gradients inside
 backward on its own.  It is here so every other algorithm can be compared
-against code nobody here wrote.  Its communication is not paced by the
-emulated link (DDP talks to the process group directly); use it as the
-numerical reference, not for link studies.
+against code nobody here wrote.  Its communication cannot be paced by a link
+that paces inside our communicator (DDP talks to the process group directly),
+so it runs on the ideal link or under real shaping (tc).
 """
 
 from __future__ import annotations
 
-from dreamddp.algorithms.base import Algorithm
+from dreamddp.algorithms.base import ALGORITHMS, Algorithm, Display
 
 
+@ALGORITHMS.register
 class DDP(Algorithm):
     name = "ddp"
+    display = Display("torch DDP", 0)
     uses_engine = False
-
-    def plan(self, t: int):
-        return ()

@@ -1,8 +1,8 @@
-"""DeAR (Zhang, Shi et al. 2023; PAPER.md section 3): all-reduce split into a
+"""DeAR (Zhang, Shi et al., ICDCS 2023, arXiv 2302.12445): all-reduce split into a
 reduce-scatter during backward and an all-gather pipelined into the NEXT forward.
 
 Fusion: consecutive units (backward order) form groups closed once they hold
-``algo.bucket_mb`` MB (ascwfbp.buckets).  Per iteration t:
+``algo.bucket_mb`` MB (schedule.partition.buckets, as ASC-WFBP's buckets).  Per iteration t:
 
 1. backward: when a group's last gradient is ready, its gradient slice is
    reduce-scattered (AVG) into a shard of 1/world of it (asynchronously);
@@ -34,25 +34,43 @@ must survive until its next forward.
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-from dreamddp.algorithms.ascwfbp import buckets
-from dreamddp.algorithms.base import Algorithm
+from dreamddp.algorithms.ascwfbp import bucket_bytes
+from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm, Display
+from dreamddp.checks import positive
 from dreamddp.engine.plan import Payload, SyncOp, When
-from dreamddp.engine.substep import SubsetStepper, mark_stepped, snapshot, unit_params
+from dreamddp.lazy import lazy
+from dreamddp.schedule.partition import buckets
+from dreamddp.schedule.simulator import IterPlan
+
+torch = lazy("torch")
+substep = lazy("dreamddp.engine.substep")
 
 
+@dataclass
+class DeARConfig(AlgoConfig):
+    # Fusion buffer size in MB: consecutive units are merged into one reduce-scatter /
+    # all-gather group until it holds this much (DeAR's default 25 MB).
+    bucket_mb: float = 25.0
+
+
+@ALGORITHMS.register
 class DeAR(Algorithm):
     name = "dear"
+    Config = DeARConfig
+    display = Display("DeAR", 30)
     uses_forward_hooks = True
     owns_optimizer_step = True
     owns_grad_zeroing = True
 
+    @classmethod
+    def check(cls, cfg) -> None:
+        super().check(cfg)
+        positive("algo.bucket_mb", cfg.bucket_mb)
+
     def bind(self, engine) -> None:
-        cap = int(self.cfg.bucket_mb * 2**20)
-        if cap <= 0:
-            raise ValueError(f"algo.bucket_mb={self.cfg.bucket_mb}: must be > 0")
-        self.groups = buckets([u.nbytes for u in engine.units], cap)
+        self.groups = buckets([u.nbytes for u in engine.units], bucket_bytes(self.cfg))
         self._plan = tuple(
             SyncOp(a, b, Payload.GRAD, When.UNIT_READY, When.BEFORE_FORWARD, "reduce_scatter") for a, b in self.groups
         )
@@ -85,9 +103,10 @@ class DeAR(Algorithm):
 
     def optimizer_step(self, engine, optimizer, grad_clip: float) -> None:
         if self.steppers is None:
-            self.steppers = [SubsetStepper(optimizer, unit_params(engine, range(a, b + 1))) for a, b in self.groups]
-        self.hyper = snapshot(optimizer)
-        mark_stepped(optimizer)
+            self.steppers = [substep.SubsetStepper(optimizer, substep.unit_params(engine, range(a, b + 1)))
+                             for a, b in self.groups]
+        self.hyper = substep.snapshot(optimizer)
+        substep.mark_stepped(optimizer)
         self.coef = None
         if grad_clip > 0:
             for s in self.inflight:
@@ -109,7 +128,6 @@ class DeAR(Algorithm):
         # The reduce-scatter's input is free now: gather into it (the gradient slice itself when unpadded).
         s["ag"] = engine.comm.all_gather(s["src"], s["shard"], tag=f"ag:{self.groups[g][0]}-{self.groups[g][1]}")
 
-    @torch.no_grad()
     def _complete(self, engine, g: int) -> None:
         while self.next_ag >= g:  # normally already launched, one group ahead
             self._launch_ag(engine)
@@ -119,10 +137,11 @@ class DeAR(Algorithm):
             self._launch_ag(engine)
         a, b = self.groups[g]
         grad = engine.flat.grad_slice(a, b)
-        if s["padded"]:
-            grad.copy_(s["src"][: grad.numel()])
-        self.steppers[g].step(self.hyper)
-        grad.zero_()
+        with torch.no_grad():
+            if s["padded"]:
+                grad.copy_(s["src"][: grad.numel()])
+            self.steppers[g].step(self.hyper)
+            grad.zero_()
         self.inflight[g] = None
         self.pending.discard(g)
 
@@ -141,6 +160,19 @@ class DeAR(Algorithm):
         pads = [s * self.world for n, s in zip(sizes, shards) if n != s * self.world]
         elem = engine.flat.grads.element_size()
         return {"shards": elem * sum(shards), "padded_copies": elem * sum(pads)}
+
+    @classmethod
+    def simulation(cls, ctx):
+        """Reduce-scatter per fused group at its last gradient; all-gathers chained through the
+        next forward (the first at its start, each next one at the previous group's pre-hook)."""
+        groups = ctx.buckets(bucket_bytes(ctx.cfg))  # backward order; a group's forward-first unit is its highest index
+        rs = [(g[-1], ctx.collective_as(g, "reduce_scatter"), g[-1]) for g in groups]
+        chain, at = [], None
+        for g in sorted(groups, key=lambda g: -g[-1]):
+            chain.append((at, ctx.collective_as(g, "all_gather"), g[-1]))
+            at = g[-1]
+        plan = IterPlan(deferred=rs, next_forward=chain)
+        return lambda t: plan
 
     def describe(self) -> dict:
         out = {"name": self.name, "bucket_mb": self.cfg.bucket_mb,

@@ -1,4 +1,5 @@
-"""DreamDDP with ``algo.overlap_forward=true`` (our extension, PAPER.md section 3's remark).
+"""DreamDDP with ``algo.overlap_forward=true`` (our extension: DeAR's trick applied
+to DreamDDP's exposed tail).
 
 Plain dreamddp (partial.py) waits at the end of backward for every parameter
 average it launched, then steps all units.  Here the averages are NOT waited
@@ -30,11 +31,14 @@ from __future__ import annotations
 
 from dreamddp.algorithms.dreamddp import DreamDDP
 from dreamddp.engine.plan import Payload, When, contiguous_runs, per_unit_ops
-from dreamddp.engine.substep import SubsetStepper, mark_stepped, snapshot, unit_params
+from dreamddp.lazy import lazy
+
+substep = lazy("dreamddp.engine.substep")
 
 
 class DreamDDPOverlap(DreamDDP):
-    name = "dreamddp"
+    """Not registered: DreamDDP.build picks it for ``algo.overlap_forward=true``."""
+
     uses_forward_hooks = True
     owns_optimizer_step = True
     owns_grad_zeroing = True
@@ -60,11 +64,11 @@ class DreamDDPOverlap(DreamDDP):
         if grad_clip > 0:
             engine.stats.grad_norm = engine.flat.clip_grad_norm_(grad_clip)
         if self.steppers is None:
-            self.steppers = [SubsetStepper(optimizer, unit_params(engine, r)) for r in self.rest]
+            self.steppers = [substep.SubsetStepper(optimizer, substep.unit_params(engine, r)) for r in self.rest]
             synced = sorted({u for g in self.groups for u in g})
-            self.unit_steppers = {u: SubsetStepper(optimizer, unit_params(engine, [u])) for u in synced}
-        self.hyper = snapshot(optimizer)
-        mark_stepped(optimizer)
+            self.unit_steppers = {u: substep.SubsetStepper(optimizer, substep.unit_params(engine, [u])) for u in synced}
+        self.hyper = substep.snapshot(optimizer)
+        substep.mark_stepped(optimizer)
         h = engine.t % self.H
         self.steppers[h].step(self.hyper)
         for a, b in self.rest_runs[h]:

@@ -29,7 +29,10 @@ growing as n/16 (all-gather summation trades bandwidth for exact FP32 sums).
 
 from __future__ import annotations
 
-import torch
+from dreamddp.checks import at_least, choice
+from dreamddp.lazy import lazy
+
+torch = lazy("torch")
 
 CODECS = ("none", "fp16", "e3m0")
 
@@ -76,14 +79,16 @@ def e3m0_decode(payload: torch.Tensor, numel: int, block: int = 1024) -> torch.T
     return vals.reshape(-1)[:numel]
 
 
+def check_codec(kind: str, block: int) -> None:
+    choice("algo.quantize", kind, CODECS)
+    at_least("algo.quant_block", block, 0)  # 0 = one scale per payload
+
+
 class Codec:
     """Encode a flat fp32 tensor to bytes that travel, and decode them back."""
 
     def __init__(self, kind: str, block: int = 1024):
-        if kind not in CODECS:
-            raise ValueError(f"algo.quantize={kind}: unknown; choose from {', '.join(CODECS)}")
-        if block < 0:
-            raise ValueError(f"algo.quant_block={block}: must be >= 0 (0 = one scale per payload)")
+        check_codec(kind, block)
         self.kind, self.block = kind, block
 
     def nbytes(self, numel: int) -> int:

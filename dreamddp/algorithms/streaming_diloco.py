@@ -1,4 +1,4 @@
-"""Streaming DiLoCo (Douillard et al. 2025; PAPER.md section 2) on the engine.
+"""Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512) on the engine.
 
 Inner loop: every iteration is a LOCAL step of the trainer's optimizer, no
 gradient traffic (the paper's inner optimizer is AdamW:
@@ -44,32 +44,69 @@ unmerged mean, so a resumed run merges them at the same steps.
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-from dreamddp.algorithms.base import Algorithm
-from dreamddp.algorithms.fragments import fragments
-from dreamddp.algorithms.quantize import Codec, gather_mean
+from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm, Display
+from dreamddp.algorithms.fragments import PATTERNS, fragments
+from dreamddp.algorithms.quantize import Codec, check_codec, gather_mean
+from dreamddp.checks import ConfigError, between, choice, positive
 from dreamddp.engine.plan import contiguous_runs
+from dreamddp.lazy import lazy
+from dreamddp.schedule.simulator import IterPlan
+
+torch = lazy("torch")
 
 
+@dataclass
+class StreamingDiLoCoConfig(AlgoConfig):
+    # Number of fragments P (1 = plain DiLoCo); 1 <= P <= H.  Each still syncs once per H.
+    fragments: int = 1
+    # sequential | strided grouping of the model's blocks into fragments.
+    fragment_pattern: str = "strided"
+    # Steps between launching a fragment's outer all-reduce and merging it (0 = blocking).
+    tau: int = 0
+    # Merge mix: theta_local <- alpha * theta_local + (1 - alpha) * theta_global.
+    alpha: float = 0.0
+    # Outer SGD learning rate (the paper's 0.7).
+    outer_lr: float = 0.7
+    # Outer SGD Nesterov momentum (0 = plain SGD; the paper's 0.9).
+    outer_momentum: float = 0.9
+    # Outer-gradient encoding on the wire: none (fp32 all-reduce) | fp16 | e3m0 (4-bit, FP32 sums).
+    quantize: str = "none"
+    # Elements per E3M0 scale block; 0 = one scale per fragment.
+    quant_block: int = 1024
+
+
+def sync_offsets(H: int, P: int) -> list[int]:
+    """The stagger: fragment p syncs after the step of iterations t with (t + 1) % H == offset[p]."""
+    return [((p + 1) * H // P) % H for p in range(P)]
+
+
+@ALGORITHMS.register
 class StreamingDiLoCo(Algorithm):
     name = "streaming_diloco"
+    Config = StreamingDiLoCoConfig
+    display = Display("Streaming DiLoCo", 60, periodic=True)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    @classmethod
+    def check(cls, cfg) -> None:
+        super().check(cfg)
+        if not 1 <= cfg.fragments <= cfg.H:
+            raise ConfigError(f"algo.fragments={cfg.fragments}: must be between 1 and algo.H={cfg.H}")
+        if not 0 <= cfg.tau < cfg.H:
+            raise ConfigError(f"algo.tau={cfg.tau}: must be between 0 and algo.H-1={cfg.H - 1}")
+        between("algo.alpha", cfg.alpha, 0, 1)
+        positive("algo.outer_lr", cfg.outer_lr)
+        between("algo.outer_momentum", cfg.outer_momentum, 0, 1, open_high=True)
+        choice("algo.fragment_pattern", cfg.fragment_pattern, PATTERNS)
+        check_codec(cfg.quantize, cfg.quant_block)
+
+    def __init__(self, cfg, setup: dict | None = None):
+        super().__init__(cfg, setup)
         self.H, self.P, self.tau = cfg.H, cfg.fragments, cfg.tau
         self.alpha, self.outer_lr, self.mu = cfg.alpha, cfg.outer_lr, cfg.outer_momentum
-        if self.H < 1 or not 1 <= self.P <= self.H:
-            raise ValueError(f"algo.fragments={self.P}: must be between 1 and algo.H={self.H}")
-        if not 0 <= self.tau < self.H:
-            raise ValueError(f"algo.tau={self.tau}: must be in [0, algo.H={self.H})")
-        if not 0 <= self.alpha <= 1 or self.outer_lr <= 0 or not 0 <= self.mu < 1:
-            raise ValueError(
-                f"algo.alpha={self.alpha} / outer_lr={self.outer_lr} / outer_momentum={self.mu}: "
-                "need alpha in [0, 1], outer_lr > 0, outer_momentum in [0, 1)"
-            )
         self.codec = Codec(cfg.quantize, cfg.quant_block)
-        self.offset = [((p + 1) * self.H // self.P) % self.H for p in range(self.P)]
+        self.offset = sync_offsets(self.H, self.P)
 
     def bind(self, engine) -> None:
         flat = engine.flat
@@ -108,19 +145,19 @@ class StreamingDiLoCo(Algorithm):
             handle, result = gather_mean(engine.comm, delta, self.codec, tag=tag)
         self.inflight.append((t + self.tau, p, handle, result))
 
-    @torch.no_grad()
     def _merge(self, engine, p: int, mean: torch.Tensor) -> None:
         params, pos = engine.flat.params, 0
-        for a, b in self.spans[p]:  # a few runs per fragment, flat ops on each
-            g = mean[pos : pos + b - a]
-            pos += b - a
-            if self.momentum is not None:
-                m = self.momentum[a:b]
-                m.mul_(self.mu).add_(g)
-                g = g.add(m, alpha=self.mu)  # Nesterov
-            anchor = self.anchor[a:b]
-            anchor.sub_(g, alpha=self.outer_lr)
-            params[a:b].mul_(self.alpha).add_(anchor.to(params.dtype), alpha=1 - self.alpha)
+        with torch.no_grad():
+            for a, b in self.spans[p]:  # a few runs per fragment, flat ops on each
+                g = mean[pos : pos + b - a]
+                pos += b - a
+                if self.momentum is not None:
+                    m = self.momentum[a:b]
+                    m.mul_(self.mu).add_(g)
+                    g = g.add(m, alpha=self.mu)  # Nesterov
+                anchor = self.anchor[a:b]
+                anchor.sub_(g, alpha=self.outer_lr)
+                params[a:b].mul_(self.alpha).add_(anchor.to(params.dtype), alpha=1 - self.alpha)
 
     def flush(self, engine) -> None:
         for _, _, handle, _ in self.inflight:  # transfers done; merges stay on schedule
@@ -161,6 +198,23 @@ class StreamingDiLoCo(Algorithm):
             "outer_momentum": 0 if self.momentum is None else self.momentum.numel() * 4,
             "inflight_peak": peak,
         }
+
+    @classmethod
+    def simulation(cls, ctx):
+        """Fragments staggered over H, each outer all-reduce (or all-gather of fp16 / E3M0
+        payloads) launched after the step and waited tau steps later."""
+        c = ctx.cfg
+        frags = fragments(ctx.profile.units, c.fragments, c.fragment_pattern)
+        offsets = sync_offsets(ctx.H, c.fragments)
+        if c.quantize == "none":
+            seconds = [ctx.collective_as(f, "all_reduce") for f in frags]
+        else:  # every rank's payload gathered: world x (payload bytes per fp32 byte)
+            codec, numel = Codec(c.quantize, c.quant_block), 2**20
+            scale = ctx.world * codec.nbytes(numel) / (4 * numel)
+            seconds = [ctx.collective_as(f, "all_gather", scale) for f in frags]
+        plans = [IterPlan(lagged=[(seconds[p], c.tau) for p in range(c.fragments) if (t + 1) % ctx.H == offsets[p]])
+                 for t in range(ctx.H)]
+        return lambda t: plans[t % ctx.H]
 
     def describe(self) -> dict:
         out = {

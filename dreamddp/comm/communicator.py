@@ -27,7 +27,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from dreamddp.comm.link import IdealLink, Link, ring_factor
+from dreamddp.comm.cost import ring_factor
+from dreamddp.comm.links.base import Link
+from dreamddp.comm.links.ideal import IdealLink
 
 # torch 2.13 renamed the flat-tensor variants; the old names still work but warn.
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor

@@ -25,7 +25,8 @@ from dreamddp.comm.communicator import (
     check_sizes,
     make_record,
 )
-from dreamddp.comm.link import IdealLink, Link
+from dreamddp.comm.links.base import Link
+from dreamddp.comm.links.ideal import IdealLink
 
 PeerFn = Callable[[str, str, torch.Tensor], list]
 

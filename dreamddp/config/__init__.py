@@ -12,7 +12,8 @@ from pathlib import Path
 
 from dreamddp.config.resolvers import register_resolvers, repo_root
 from dreamddp.config.schema import SCHEMA_NAME, Config, register_schema
-from dreamddp.config.validate import ConfigError, validate
+from dreamddp.checks import ConfigError
+from dreamddp.config.validate import validate
 
 CONFIG_NAME = "config"
 

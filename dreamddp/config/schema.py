@@ -4,7 +4,11 @@ The yaml under ``conf/`` only picks values; these dataclasses fix which keys
 exist and their types, so a typo (``train.itrations=5``) or a wrong type
 (``train.iterations=abc``) is refused by Hydra while composing, before any
 worker starts.  Key names are a stable interface: run records, results tools
-and runners read them.  Ranges and cross-field rules live in ``validate.py``.
+and runners read them.  The ``algo`` node is typed by the chosen algorithm's
+own Config (declared in its module; each conf/algo yaml lists
+``/schema/algo/<name>`` first), so one algorithm's options cannot be set on another.
+Ranges live with each component (its ``check``), cross-field rules in
+``validate.py``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from typing import Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+from dreamddp.algorithms import ALGORITHMS, AlgoConfig
 
 # Name under which the top-level schema is stored; conf/config.yaml lists it first
 # in its defaults so that every yaml merges into the typed structure.
@@ -100,43 +106,6 @@ class TrainConfig:
 
 
 @dataclass
-class AlgoConfig:
-    # Registry name in dreamddp.algorithms.ALGORITHMS: ddp|ssgd|ascwfbp|flsgd|plsgd_enp|dreamddp|streaming_diloco|dear.
-    name: str = MISSING
-    # Sync period in iterations (flsgd, plsgd_enp, dreamddp); every unit syncs once per H.
-    H: int = 10
-    # dreamddp: path to a schedule JSON; None = profile, then schedule at start-up.
-    schedule: Optional[str] = None
-    # ascwfbp, dear: gradient bucket (fusion buffer) size in MB (0 is refused; per-unit buckets need a tiny value).
-    bucket_mb: float = 25.0
-    # dreamddp: iterations spent profiling per-unit backward/communication times.
-    profile_iterations: int = 10
-    # dreamddp (profiled schedule): add the scheduler's bubble-filling extra syncs of
-    # output-side units where the modelled link idles (the paper's step after the DFS).
-    bubble_fill: bool = True
-    # dreamddp: do not wait for parameter averages at the end of backward; each
-    # in-flight unit's update is applied when its average lands, at the latest in
-    # the unit's next forward pre-hook (same numerics as plain dreamddp).
-    overlap_forward: bool = False
-    # streaming_diloco: number of fragments P (1 = plain DiLoCo); 1 <= P <= H.
-    fragments: int = 1
-    # streaming_diloco: sequential|strided grouping of blocks into fragments.
-    fragment_pattern: str = "strided"
-    # streaming_diloco: steps between launching a fragment's outer all-reduce and merging it (0 = blocking).
-    tau: int = 0
-    # streaming_diloco: merge mix, theta_local <- alpha * theta_local + (1 - alpha) * theta_global.
-    alpha: float = 0.0
-    # streaming_diloco: outer SGD learning rate.
-    outer_lr: float = 0.7
-    # streaming_diloco: outer SGD Nesterov momentum (0 = plain SGD).
-    outer_momentum: float = 0.9
-    # streaming_diloco: outer-gradient encoding on the wire: none (fp32 all-reduce) | fp16 | e3m0 (4-bit).
-    quantize: str = "none"
-    # streaming_diloco: elements per E3M0 scale block; 0 = one scale per fragment.
-    quant_block: int = 1024
-
-
-@dataclass
 class BandwidthConfig:
     # ideal (no pacing) | emulated (virtual-clock link model) | tc (kernel shaping).
     backend: str = "ideal"
@@ -174,6 +143,14 @@ class ClusterConfig:
 
 
 @dataclass
+class WarmupConfig:
+    # Passes timed by the start-up profile (per-unit forward, backward and all-reduce
+    # times on the live job) that DreamDDP's scheduler plans from; as many again run
+    # with per-unit forward hooks, plus two dropped ones.
+    profile_iterations: int = 10
+
+
+@dataclass
 class ExperimentConfig:
     # Experiment name: W&B group by default and the label results tools group runs by.
     name: str = "default"
@@ -186,13 +163,19 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)  # typed per algorithm: see register_schema
     bandwidth: BandwidthConfig = field(default_factory=BandwidthConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
 def register_schema() -> None:
-    """Store the schema so conf/config.yaml can list it first in its defaults."""
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=Config)
+    """Store the schema so conf/config.yaml can list it first in its defaults, and each
+    registered algorithm's Config as ``schema/algo/<name>`` (package ``algo``), which its
+    conf/algo yaml lists first."""
+    cs = ConfigStore.instance()
+    cs.store(name=SCHEMA_NAME, node=Config)
+    for name, cls in ALGORITHMS.items():
+        cs.store(group="schema/algo", name=name, node=cls.Config, package="algo")

@@ -7,6 +7,7 @@ task=lm -> LongTensor (B, block_size). One thread per worker, no DataLoader."""
 
 from __future__ import annotations
 
+from dreamddp.checks import ConfigError, at_least, between
 from dreamddp.data import cifar, fashion_mnist, shakespeare, synthetic, wikitext
 from dreamddp.data.base import DataBundle, DatasetSpec, DataUnavailable
 from dreamddp.data.image import make_image_bundle
@@ -30,7 +31,7 @@ DATASETS: dict[str, DatasetSpec] = {
 
 def _spec(name: str) -> DatasetSpec:
     if name not in DATASETS:
-        raise ValueError(f"data={name}: unknown dataset; choose one of {', '.join(DATASETS)}")
+        raise ConfigError(f"data={name}: unknown dataset; choose one of {', '.join(DATASETS)}")
     return DATASETS[name]
 
 
@@ -60,24 +61,40 @@ def prepare(name: str, root: str) -> None:
         shakespeare.prepare(root)
 
 
-def _validate(spec, task, rank, world_size, seed, batch_size, block_size, vocab_size,
-              eval_fraction, eval_batches, synthetic_size, num_classes) -> None:
+def _check_task(spec: DatasetSpec, task: str) -> None:
     if task not in ("image", "lm"):
         raise ValueError(f"task={task}: must be 'image' or 'lm'")
     if spec.task not in (task, "any"):
         wanted = [n for n, s in DATASETS.items() if s.task in (task, "any")]
-        raise ValueError(f"data={spec.name}: serves task={spec.task}, the model needs task={task}; "
-                         f"use data={' or data='.join(wanted)}")
+        raise ConfigError(f"data={spec.name}: serves task={spec.task}, the model needs task={task}; "
+                          f"use data={' or data='.join(wanted)}")
+
+
+def _check_options(block_size, eval_fraction, eval_batches, synthetic_size) -> None:
+    at_least("data.block_size", block_size, 2)  # a language-model sample predicts token t+1 from t
+    between("data.eval_fraction", eval_fraction, 0, 1, open_low=True, open_high=True)
+    at_least("data.eval_batches", eval_batches, 1)
+    at_least("data.synthetic_size", synthetic_size, 1)
+
+
+def check(data, task: str) -> None:
+    """The ``data.*`` rules for a model of ``task`` (the launcher's check; workers repeat it
+    in build_data through the same functions)."""
+    spec = _spec(data.name)
+    _check_task(spec, task)
+    _check_options(data.block_size, data.eval_fraction, data.eval_batches, data.synthetic_size)
+
+
+def _validate(spec, task, rank, world_size, seed, batch_size, block_size, vocab_size,
+              eval_fraction, eval_batches, synthetic_size, num_classes) -> None:
+    _check_task(spec, task)
+    _check_options(block_size, eval_fraction, eval_batches, synthetic_size)
     checks = (
         (world_size >= 1, f"world_size={world_size}: must be >= 1"),
         (0 <= rank < world_size, f"rank={rank}: must be in [0, world_size={world_size})"),
         (seed >= 0, f"seed={seed}: must be >= 0"),
         (batch_size >= 1, f"batch_size={batch_size}: must be >= 1"),
-        (block_size >= 2, f"block_size={block_size}: must be >= 2"),
         (vocab_size is None or vocab_size >= 2, f"vocab_size={vocab_size}: must be >= 2"),
-        (0.0 < eval_fraction < 1.0, f"eval_fraction={eval_fraction}: must be in (0, 1)"),
-        (eval_batches >= 0, f"eval_batches={eval_batches}: must be >= 0"),
-        (synthetic_size >= 1, f"synthetic_size={synthetic_size}: must be >= 1"),
         (num_classes is None or num_classes >= 2, f"num_classes={num_classes}: must be >= 2"),
     )
     for ok, msg in checks:

@@ -14,6 +14,8 @@ import pickle
 import numpy as np
 import torch
 
+from dreamddp import _compat  # noqa: F401  (torchvision import fix before torchvision)
+
 from dreamddp.data.base import DataUnavailable, ImageSplits
 from dreamddp.data.probe import reachable
 

@@ -26,7 +26,7 @@ def tokenizer_files() -> tuple[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def gpt2_tokenizer():
-    import dreamddp  # noqa: F401  (torchvision import fix before transformers)
+    from dreamddp import _compat  # noqa: F401  (torchvision import fix before transformers)
     from transformers import GPT2TokenizerFast
 
     vocab_path, merges_path = tokenizer_files()

@@ -1,6 +1,6 @@
 """Parameter divergence across workers, measured without touching training state.
 
-Per unit: ||mean_w - w_local|| / sqrt(numel) (PAPER.md section 1), where mean_w
+Per unit: ||mean_w - w_local|| / sqrt(numel) (the DreamDDP paper's divergence metric), where mean_w
 is the average over workers.  The mean is formed in a scratch copy with an
 unpaced, unaccounted all-reduce: a measurement, not part of the algorithm.
 """

@@ -17,7 +17,7 @@ from zeroing gradients that a deferred update still has to read.
 Gradient readiness comes from ``Tensor.register_post_accumulate_grad_hook``: a
 unit is ready when all its parameters' gradients are accumulated, which is
 also the moment autograd stops reading its parameters, so averaging them in
-place from then on is safe (PAPER.md section 1).  Ops that complete
+place from then on is safe (the DreamDDP paper's argument).  Ops that complete
 BEFORE_FORWARD are waited for in the forward pre-hook of their first unit to
 run in the next iteration: ``op.last``, the input-side end of the run.
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -40,12 +39,9 @@ from dreamddp.engine.plan import Payload, Plan, SyncOp, When
 from dreamddp.engine.stats import IterationStats
 from dreamddp.engine.units import Unit
 
-if TYPE_CHECKING:
-    from dreamddp.algorithms.base import Algorithm
-
 
 class PartialSyncEngine:
-    def __init__(self, model: nn.Module, units: list[Unit], comm, algorithm: "Algorithm", *, sample_every: int = 0):
+    def __init__(self, model: nn.Module, units: list[Unit], comm, algorithm, *, sample_every: int = 0):
         self.model = model
         self.units = units
         self.comm = comm
@@ -67,7 +63,7 @@ class PartialSyncEngine:
         self._forward_hooked = False
         self.set_algorithm(algorithm)
 
-    def set_algorithm(self, algorithm: "Algorithm") -> None:
+    def set_algorithm(self, algorithm) -> None:
         """Switch algorithms between iterations (after warm-up passes, for example)."""
         if self.t >= 0:
             self.flush()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from dreamddp.checks import ConfigError, at_least
 from dreamddp.engine.units import enumerate_units
 from dreamddp.models.resnet import build_resnet
 from dreamddp.models.tasks import TASKS, compute_loss, evaluate
@@ -79,13 +80,27 @@ assert all(set(s.sizes) == set(SIZES) for s in MODELS.values())
 
 def _preset(name: str, size: str) -> tuple[ModelSpec, dict]:
     if name not in MODELS:
-        raise ValueError(f"model={name}: unknown model; choose from {', '.join(MODELS)}")
+        raise ConfigError(f"model.name={name}: unknown model; choose from {', '.join(MODELS)}")
     if size not in SIZES:
-        raise ValueError(
-            f"model.size={size}: unknown size for {name}; choose from {', '.join(SIZES)}"
-        )
+        raise ConfigError(f"model.size={size}: unknown size for {name}; choose from {', '.join(SIZES)}")
     spec = MODELS[name]
     return spec, dict(spec.sizes[size])
+
+
+def check(model) -> None:
+    """The ``model.*`` rules."""
+    spec, _ = _preset(model.name, model.size)
+    if model.vocab_size is not None:
+        if spec.task != "lm":
+            raise ConfigError(f"model.vocab_size={model.vocab_size}: only language models take a vocabulary size")
+        at_least("model.vocab_size", model.vocab_size, 2)
+
+
+def check_block_size(name: str, size: str, block_size: int) -> None:
+    """A language model's context must fit its position table (the preset's size)."""
+    limit = max_positions(name, size)
+    if limit is not None and block_size > limit:
+        raise ConfigError(f"data.block_size={block_size}: exceeds the {limit} positions of {name} {size}")
 
 
 def max_positions(name: str, size: str) -> int | None:
@@ -126,11 +141,7 @@ def build_model(
         if spec.task != "lm":
             raise ValueError(f"data.block_size={block_size}: not used by {name} (an image model)")
         _check_positive_int("data.block_size", block_size)
-        limit = preset[_POSITIONS_KEY[name]]
-        if block_size > limit:
-            raise ValueError(
-                f"data.block_size={block_size}: exceeds the {limit} positions of {name} {size}"
-            )
+        check_block_size(name, size, block_size)
     return spec.build(**preset)
 
 
@@ -140,6 +151,6 @@ model_units = enumerate_units
 
 
 __all__ = [
-    "MODELS", "SIZES", "TASKS", "ModelSpec", "build_model", "compute_loss", "evaluate",
-    "max_positions", "model_units",
+    "MODELS", "SIZES", "TASKS", "ModelSpec", "build_model", "check", "check_block_size", "compute_loss",
+    "evaluate", "max_positions", "model_units",
 ]

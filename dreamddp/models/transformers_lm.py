@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from dreamddp import _compat  # noqa: F401  (torchvision import fix before transformers)
+
 ATTN_IMPLEMENTATION = "sdpa"
 
 

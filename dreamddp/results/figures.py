@@ -24,15 +24,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
-from dreamddp.results.tables import ALGO_ORDER, h_of, link_label, workers  # noqa: E402
+from dreamddp.algorithms import ALGORITHMS  # noqa: E402
+from dreamddp.results.tables import algo_label, algo_order, h_of, link_label, workers  # noqa: E402
 
-_COLORS = dict(zip(ALGO_ORDER, plt.get_cmap("tab10").colors))
+_COLORS = dict(zip(sorted(ALGORITHMS, key=algo_order), plt.get_cmap("tab10").colors))
 _STYLES = {5: ":", 10: "-", 20: "--"}
 
 
 def label(run: dict, with_h: bool = False) -> str:
     h = h_of(run)
-    return run["config"]["algo"]["name"] + (f" H={h}" if with_h and h is not None else "")
+    return algo_label(run) + (f" H={h}" if with_h and h is not None else "")
 
 
 def color(run: dict):
@@ -65,8 +66,7 @@ def _panels(runs: list[dict], n_rows: int = 1, width: float = 5.0, height: float
 
 
 def _order(run: dict) -> tuple:
-    name = run["config"]["algo"]["name"]
-    return (ALGO_ORDER.index(name) if name in ALGO_ORDER else 99, h_of(run) or 0)
+    return (algo_order(algo_label(run)), h_of(run) or 0)
 
 
 def _save(fig, path: Path, title: str) -> Path:

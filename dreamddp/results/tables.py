@@ -22,10 +22,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Optional
 
+from dreamddp.algorithms import ALGORITHMS
+
 # Studies whose runs only profile (two training steps): their timings make no table.
 PROFILE_ONLY = ("scheduler",)
-H_ALGOS = ("flsgd", "plsgd_enp", "dreamddp", "streaming_diloco")
-ALGO_ORDER = ("ddp", "ssgd", "ascwfbp", "dear", "flsgd", "plsgd_enp", "streaming_diloco", "dreamddp")
+REFERENCE = "dreamddp"  # the method whose speedups the tables report (the paper's)
 HIGHER_IS_BETTER = {"accuracy": True, "loss": False, "perplexity": False}
 COLUMNS = (
     "study", "scale", "model", "data", "workers", "link", "algorithm", "H", "iterations",
@@ -53,9 +54,28 @@ def group_key(run: dict) -> tuple:
             workers(run), link_label(run))
 
 
-def h_of(run: dict) -> Optional[int]:
+def _algorithm(name: str):
+    return ALGORITHMS.get(name)
+
+
+def algo_label(run: dict) -> str:
+    """The run's algorithm as tables name it (a variant such as ``dreamddp+overlap`` included)."""
     algo = run["config"]["algo"]
-    return int(algo["H"]) if algo["name"] in H_ALGOS else None
+    cls = _algorithm(algo["name"])
+    return cls.variant(algo) if cls is not None else algo["name"]
+
+
+def algo_order(label: str) -> int:
+    """Display order (algorithms' own metadata); variants sort with their algorithm."""
+    cls = _algorithm(label.split("+")[0])
+    return cls.display.order if cls is not None else 10**6
+
+
+def h_of(run: dict) -> Optional[int]:
+    """H for algorithms that sync once per H-window (their display says so), else None."""
+    algo = run["config"]["algo"]
+    cls = _algorithm(algo["name"])
+    return int(algo["H"]) if cls is not None and cls.display.periodic else None
 
 
 def time_to_target(run: dict, metric: str, target: float) -> Optional[float]:
@@ -75,7 +95,7 @@ def final(run: dict, metric: str) -> Optional[float]:
 
 def _sort_key(row: dict) -> tuple:
     algo = row["algorithm"]
-    return (ALGO_ORDER.index(algo) if algo in ALGO_ORDER else len(ALGO_ORDER), algo, row["H"] or 0)
+    return (algo_order(algo), algo, row["H"] or 0)
 
 
 def speedup_rows(runs: Iterable[dict], metric: str = "loss", targets: Optional[dict] = None) -> list[dict]:
@@ -98,7 +118,7 @@ def speedup_rows(runs: Iterable[dict], metric: str = "loss", targets: Optional[d
             s = run["summary"]
             block.append({
                 "study": key[0], "scale": key[1], "model": key[2], "data": key[3], "workers": key[4], "link": key[5],
-                "algorithm": run["config"]["algo"]["name"], "H": h_of(run), "iterations": s.get("iterations"),
+                "algorithm": algo_label(run), "H": h_of(run), "iterations": s.get("iterations"),
                 "mean_iteration_time_s": s.get("mean_iteration_time"), "mean_wait_s": s.get("mean_wait"),
                 "mib_per_iteration": (s.get("bytes_per_iteration") or 0.0) / 2**20,
                 "final_eval": final(run, metric), "metric": metric, "target": target,
@@ -114,7 +134,7 @@ def _ratio(num, den) -> Optional[float]:
 
 
 def _add_speedups(block: list[dict]) -> None:
-    dream = [r for r in block if r["algorithm"] == "dreamddp"]
+    dream = [r for r in block if r["algorithm"] == REFERENCE]
     for row in block:
         same_h = [d for d in dream if d["H"] == row["H"]]
         ref = same_h[0] if same_h else (dream[0] if len(dream) == 1 else None)

@@ -8,7 +8,8 @@ from a profile as mean times over ``N = 1000`` iterations, forward ignored:
 - FLSGD:      ``T_bp + C * n / N``, ``n = #{1 <= i < N : i % H == 0}`` (99 for
   H = 10: the sync at i = 0 and the one after the last iteration are not charged)
 - PLSGD-ENP:  ``T_bp + (1/N) sum_i w[i % H]``, w = the exposed wait of each
-  equal-count chunk (``enp``, ceil(L/H) units per chunk)
+  chunk of ceil(L/H) units (``authors_enp``: their remainder rule, which only
+  their model uses; our engine cuts equal counts, partition.equal_count_groups)
 - DreamDDP:   ``T_bp + W * n / N``, W = the schedule's total exposed wait per
   H-window (charged once per window like FLSGD's sync)
 
@@ -28,17 +29,39 @@ FIFO wait of the schedule given (default: our DFS schedule).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from dreamddp.schedule.cost import arrays, exposed_wait, total_wait
 from dreamddp.schedule.dfs import dreamddp
-from dreamddp.schedule.enp import enp
 from dreamddp.schedule.profile import Profile
 
+# Their artifact's algorithm keys (each of our algorithms names its own in its display metadata).
 ALGORITHMS = ("sgd", "pipe_sgd", "localsgd", "pipe_seq_localsgd", "dream_ddp")
-OUR_NAMES = {"sgd": "ssgd", "pipe_sgd": "ascwfbp", "localsgd": "flsgd", "pipe_seq_localsgd": "plsgd_enp", "dream_ddp": "dreamddp"}
 WFBP_OVERLAP = 0.6  # their fixed ASC-WFBP charge: t_bp + 0.6 * t_comm
 ROUND = 8  # decimals their tool rounds per-unit times to before computing waits
+
+
+def authors_enp_sizes(L: int, H: int) -> list[int]:
+    """Units per iteration 0..H-1 under the authors' rule: chunks of ``ceil(L / H)``, every
+    chunk full except the last non-empty one, so when ``ceil(L / H) * (H - 1) >= L`` the
+    trailing iterations get no unit (L = 12, H = 10: six chunks of 2, four empty
+    iterations).  Their modelled PLSGD-ENP times are reproduced only with this rule."""
+    if H < 1:
+        raise ValueError(f"H must be >= 1, got {H}")
+    per = math.ceil(L / H) if L else 0
+    return [max(0, min(per, L - g * per)) for g in range(H)]
+
+
+def authors_enp(units_backward: list[str], H: int) -> dict[str, list[int]]:
+    """The authors' PLSGD-ENP assignment unit -> [iteration] (see ``authors_enp_sizes``)."""
+    out: dict[str, list[int]] = {}
+    start = 0
+    for g, size in enumerate(authors_enp_sizes(len(units_backward), H)):
+        for u in units_backward[start : start + size]:
+            out[u] = [g]
+        start += size
+    return out
 
 
 def aligned(profile: Profile) -> Profile:
@@ -76,7 +99,7 @@ def modelled_times(
     W = total_wait(al, H, schedule)
     bp, comm = arrays(al)
     units = al.units
-    enp_sched = enp(units, H)
+    enp_sched = authors_enp(units, H)
     index = {u: i for i, u in enumerate(units)}
     chunks = [[index[u] for u in units if enp_sched[u][0] == g] for g in range(H)]
     enp_waits = [exposed_wait(bp, comm, c) for c in chunks]

@@ -1,4 +1,4 @@
-"""Scheduler-vs-optimum studies and iteration-time tables for any profile.
+"""Scheduler-vs-optimum studies on any profile, and projecting a profile to another cluster.
 
 Projection to another cluster (``project``): a profile's measured comm time of
 a unit is, for a bandwidth-bound ring all-reduce, proportional to the ring
@@ -19,16 +19,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from dreamddp.comm.link import ring_factor
-from dreamddp.schedule.authors_model import OUR_NAMES, modelled_times
+from dreamddp.comm.cost import ring_factor
 from dreamddp.schedule.cost import arrays, total_wait
 from dreamddp.schedule.dfs import dfs_cuts
-from dreamddp.schedule.enp import enp
-from dreamddp.schedule.make import make_schedule
+from dreamddp.schedule.make import enp
 from dreamddp.schedule.optimal import optimal_cuts
-from dreamddp.schedule.plans import PLANS
 from dreamddp.schedule.profile import Profile, scaled
-from dreamddp.schedule.simulator import simulate
 
 
 def reference_root() -> Path:
@@ -102,23 +98,3 @@ def project(profile: Profile, world: int, gbps: float, base_world: int | None = 
     out = scaled(profile, comm=k)
     out.meta.update(world=world, gbps=gbps)
     return out
-
-
-def iteration_time_table(profile: Profile, H: int = 10, model: str = "simulator") -> list[dict]:
-    """Rows (algorithm, mean iteration s, mean exposed wait s) for every algorithm.
-
-    ``model="simulator"``: our engine (forward and step included, real overlap);
-    ``model="authors"``: the authors' formulas (wait column empty), rows
-    named as our algorithms (their sgd = ssgd, pipe_sgd = ascwfbp, ...).
-    """
-    if model == "authors":
-        m = modelled_times(profile, H)
-        return [{"algorithm": OUR_NAMES[k], "iteration_s": v, "wait_s": None} for k, v in m["algorithm_times"].items()]
-    if model != "simulator":
-        raise ValueError(f"model: unknown {model!r} (expected simulator or authors)")
-    schedule = make_schedule(profile, H)
-    rows = []
-    for algo in PLANS:
-        r = simulate(algo, profile, H=H, schedule=schedule if algo == "dreamddp" else None)
-        rows.append({"algorithm": algo, "iteration_s": r.mean_iter, "wait_s": r.mean_wait})
-    return rows

@@ -82,6 +82,35 @@ def total_wait(profile: Profile, H: int, schedule: dict[str, list[int]]) -> floa
     return float(sum(window_waits(profile, H, schedule)))
 
 
+Run = tuple[int, int]  # one collective: units first..last (inclusive, backward order), one flat slice
+
+
+def runs_finish(ready: np.ndarray, comm: np.ndarray, runs: Iterable[Run], alpha: float = 0.0) -> float:
+    """When the FIFO link drains if each run is ONE collective launched when its last unit is ready.
+
+    Alpha-beta: a collective costs ``alpha`` (per-collective latency) plus the
+    sum of its units' bandwidth terms ``comm``; collectives queue in launch
+    order (ties: lower unit index first).
+    """
+    t = 0.0
+    for first, last in sorted(runs, key=lambda r: (ready[r[1]], r[1])):
+        t = max(t, float(ready[last])) + alpha + float(comm[first : last + 1].sum())
+    return t
+
+
+def runs_wait(bp: np.ndarray, comm: np.ndarray, runs: Iterable[Run], alpha: float = 0.0) -> float:
+    """Exposed wait of one iteration whose collectives are ``runs`` (alpha-beta FIFO link)."""
+    ready = np.cumsum(bp)
+    end = float(ready[-1]) if len(ready) else 0.0
+    runs = list(runs)
+    return max(0.0, runs_finish(ready, comm, runs, alpha) - end) if runs else 0.0
+
+
+def per_unit_runs(units: Iterable[int]) -> list[Run]:
+    """One collective per unit (each launched from its own gradient-ready hook)."""
+    return [(u, u) for u in sorted(set(units))]
+
+
 def runs_to_schedule(units: list[str], cuts: list[int]) -> dict[str, list[int]]:
     """Schedule from run boundaries: iteration g takes units cuts[g]..cuts[g+1]-1."""
     out: dict[str, list[int]] = {}

@@ -1,4 +1,4 @@
-"""Per-unit profiles and schedules: the data the scheduler and the simulator read.
+"""Per-unit profiles: the data the schedulers and the simulator read.
 
 On disk a profile is the DreamDDP authors' layout: a directory holding
 ``bp.json`` (backward seconds per unit) and ``comm.json`` (seconds of a blocking
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from dreamddp.atomic import write_json
 
 
 @dataclass
@@ -114,32 +114,19 @@ def load_profile(path_dir) -> Profile:
     return Profile(list(reversed(bp)), bp, comm, fwd, nbytes, step_time, meta)
 
 
-def _atomic_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def save_profile(profile: Profile, path_dir) -> None:
     """Write ``profile`` in the layout ``load_profile`` reads (forward order)."""
     d = Path(path_dir)
     forward = list(reversed(profile.units))
-    _atomic_json(d / "bp.json", {u: profile.bp.get(u, 0.0) for u in forward})
-    _atomic_json(d / "comm.json", {u: profile.comm[u] for u in forward if u in profile.comm})
+    write_json(d / "bp.json", {u: profile.bp.get(u, 0.0) for u in forward})
+    write_json(d / "comm.json", {u: profile.comm[u] for u in forward if u in profile.comm})
     if profile.fwd:
-        _atomic_json(d / "fwd.json", {u: profile.fwd[u] for u in forward if u in profile.fwd})
+        write_json(d / "fwd.json", {u: profile.fwd[u] for u in forward if u in profile.fwd})
     if profile.nbytes:
-        _atomic_json(d / "nbytes.json", {u: profile.nbytes[u] for u in forward if u in profile.nbytes})
+        write_json(d / "nbytes.json", {u: profile.nbytes[u] for u in forward if u in profile.nbytes})
     meta = {k: v for k, v in profile.meta.items() if k != "dropped_comm"}
     if meta or profile.step_time:
-        _atomic_json(d / "meta.json", {**meta, "step_time": profile.step_time})
+        write_json(d / "meta.json", {**meta, "step_time": profile.step_time})
 
 
 def scaled(profile: Profile, *, bp: float = 1.0, comm: float = 1.0, fwd: float | None = None) -> Profile:
@@ -157,29 +144,3 @@ def scaled(profile: Profile, *, bp: float = 1.0, comm: float = 1.0, fwd: float |
         nbytes=dict(profile.nbytes),
         meta=dict(profile.meta),
     )
-
-
-def load_schedule(path) -> tuple[int, dict[str, list[int]]]:
-    """Read ``{"H": H, "schedule": {unit: int or [ints]}}``."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"schedule file not found: {p}")
-    data = _read_json(p)
-    if not isinstance(data, dict) or "H" not in data or not isinstance(data.get("schedule"), dict):
-        raise ValueError(f"{p}: expected {{\"H\": int, \"schedule\": {{unit: iteration(s)}}}}")
-    H = data["H"]
-    if not isinstance(H, int) or H < 1:
-        raise ValueError(f"{p}: H must be an integer >= 1, got {H!r}")
-    out: dict[str, list[int]] = {}
-    for unit, its in data["schedule"].items():
-        its = [its] if isinstance(its, int) else its
-        if not isinstance(its, list) or not all(isinstance(i, int) and 0 <= i < H for i in its):
-            raise ValueError(f"{p}: unit {unit!r}: iterations must be integers in [0, {H}), got {its!r}")
-        out[unit] = sorted(set(its))
-    return H, out
-
-
-def save_schedule(path, H: int, schedule: dict[str, list[int]]) -> None:
-    """Write a schedule in the authors' format (a bare int where a unit syncs once)."""
-    body = {u: (its[0] if len(its) == 1 else sorted(its)) for u, its in schedule.items()}
-    _atomic_json(Path(path), {"H": H, "schedule": body})

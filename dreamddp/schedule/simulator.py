@@ -6,27 +6,130 @@ queue on a FIFO link; the worker waits for the link after backward, runs any
 blocking collective, steps (``step_time``), then runs any blocking
 post-step collective.  Exposed wait = everything spent blocked on the link.
 The link is empty at every iteration boundary, so iterations are independent
-and only t mod H matters; plans with cross-iteration jobs (dear,
-dreamddp_overlap, streaming_diloco) run through ``simulate_sequence`` instead,
-over one warm-up window and then the measured iterations.
+and only t mod H matters; plans with cross-iteration jobs (dear, dreamddp
+with overlap_forward, streaming_diloco) run through ``simulate_sequence``
+instead, over one warm-up window and then the measured iterations.
 
-The link is either the profile's measured per-unit comm times (``gbps=None``;
-they already embody the world size and bandwidth they were measured at, so
-``world`` is ignored) or the ring model ``dreamddp.comm.link.collective_time``
-applied to the profile's ``nbytes`` (then a fused collective pays the latency
-once, per-unit collectives each pay it).
+What an algorithm puts on the link in iteration t is its own business: each
+algorithm module builds an ``IterPlan`` per iteration from a ``SimContext``
+(``Algorithm.simulation``); this module only times plans.  The link is either
+the profile's measured per-unit comm times (``link=None``; they already
+embody the world size and bandwidth they were measured at) or a
+``comm.cost.LinkModel`` applied to the profile's ``nbytes`` (then a fused
+collective pays the latency once, per-unit collectives each pay it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from dreamddp.comm.cost import LinkModel, ring_factor
 from dreamddp.schedule.cost import arrays
-from dreamddp.schedule.plans import NEEDS_SCHEDULE, PLANS, IterPlan, SimContext, default_window, modelled_link
+from dreamddp.schedule.partition import buckets
 from dreamddp.schedule.profile import Profile
+
+
+@dataclass
+class IterPlan:
+    overlapped: list[tuple[int, float]] = field(default_factory=list)  # (unit whose gradient launches it, seconds)
+    after_backward: float = 0.0  # blocking collective between backward and the step
+    after_step: float = 0.0  # blocking collective after the optimizer step
+    # Cross-iteration jobs (simulate_sequence; the link is no longer empty between iterations):
+    # (unit whose gradient launches it, seconds, unit whose NEXT forward pre-hook waits for it)
+    deferred: list[tuple[int, float, int]] = field(default_factory=list)
+    # launched in the NEXT iteration's forward, in the pre-hook of unit ``at`` (None: at its start),
+    # waited in the pre-hook of unit ``need``: (at, seconds, need)
+    next_forward: list[tuple[int | None, float, int]] = field(default_factory=list)
+    # launched after the optimizer step, waited after the step ``lag`` iterations later: (seconds, lag)
+    lagged: list[tuple[float, int]] = field(default_factory=list)
+
+    @property
+    def crosses_iterations(self) -> bool:
+        return bool(self.deferred or self.next_forward or self.lagged)
+
+
+PlanFn = Callable[[int], IterPlan]
+
+
+@dataclass
+class SimContext:
+    """What an algorithm's simulation sees: the profile, its own config, the world and the link."""
+
+    profile: Profile
+    cfg: object  # the algorithm's config (algo.*: H and its own options)
+    world: int
+    link: LinkModel | None = None  # None: the profile's measured per-unit comm times
+    schedule: dict[str, list[int]] | None = None  # a given unit -> iterations assignment (None: the algorithm's own)
+
+    def __post_init__(self) -> None:
+        units, nbytes = self.profile.units, self.profile.nbytes
+        if self.link is not None:
+            if not nbytes:
+                raise ValueError("profile has no nbytes: a modelled link needs per-unit bytes; use measured comm times")
+            missing = [u for u in units if u not in nbytes]
+            if missing:
+                raise ValueError(f"profile nbytes lacks {len(missing)} unit(s), first {missing[0]!r}")
+        # A unit sends something only if it owns parameters: bytes > 0 where the profile
+        # has nbytes, else a measured comm time > 0.
+        self.has_params = np.array([nbytes[u] > 0 if nbytes else self.profile.comm.get(u, 0.0) > 0 for u in units])
+        if self.link is None:
+            self.unit_comm = arrays(self.profile)[1]
+        else:
+            self.unit_comm = np.array([self.collective([i]) for i in range(len(units))])
+
+    @property
+    def H(self) -> int:
+        return int(self.cfg.H)
+
+    @property
+    def n_units(self) -> int:
+        return len(self.profile.units)
+
+    def _bytes(self, idx) -> int:
+        units = self.profile.units
+        return sum(self.profile.nbytes.get(units[i], 0) for i in idx)
+
+    def collective(self, idx) -> float:
+        """Seconds of ONE all-reduce over the parameters of units ``idx``."""
+        idx = [i for i in idx if self.has_params[i]]
+        if not idx:
+            return 0.0
+        if self.link is None:
+            return float(sum(self.unit_comm[i] for i in idx))
+        return self.link.seconds("all_reduce", self._bytes(idx), self.world)
+
+    def collective_as(self, idx, kind: str, scale: float = 1.0) -> float:
+        """Seconds of ONE ``kind`` collective whose accounted payload is ``scale`` times the
+        fp32 bytes of units ``idx``.  With measured times, the units' all-reduce seconds are
+        rescaled by the ring factors and ``scale`` (their latency terms scale too: an estimate)."""
+        idx = [i for i in idx if self.has_params[i]]
+        if not idx or self.world < 2:
+            return 0.0
+        if self.link is None:
+            seconds = float(sum(self.unit_comm[i] for i in idx))
+            return seconds * scale * ring_factor(kind, self.world) / ring_factor("all_reduce", self.world)
+        return self.link.seconds(kind, int(self._bytes(idx) * scale), self.world)
+
+    def per_unit(self, idx) -> list[tuple[int, float]]:
+        """One all-reduce per unit, launched at its gradient."""
+        return [(i, float(self.unit_comm[i])) for i in sorted(idx) if self.has_params[i]]
+
+    def buckets(self, cap_bytes: int) -> list[list[int]]:
+        """partition.buckets over the units that own parameters; without byte counts every
+        such unit is its own bucket."""
+        idx = [i for i in range(self.n_units) if self.has_params[i]]
+        if not self.profile.nbytes:
+            return [[i] for i in idx]
+        sizes = [self.profile.nbytes.get(self.profile.units[i], 0) for i in idx]
+        return [idx[a : b + 1] for a, b in buckets(sizes, cap_bytes)]
+
+    def with_link_comm(self) -> Profile:
+        """The profile with comm replaced by this link's per-unit all-reduce seconds (what a
+        scheduler should plan with)."""
+        return replace(self.profile, comm=dict(zip(self.profile.units, self.unit_comm.tolist())))
 
 
 @dataclass
@@ -114,97 +217,29 @@ def simulate_sequence(plans: list[IterPlan], fwd: np.ndarray, bp: np.ndarray, st
     return out
 
 
-def _context(profile: Profile, H: int, world: int, gbps, latency_s, calibration, bucket_bytes) -> SimContext:
-    _, comm = arrays(profile)
-    if gbps is None:
-        link = None
-        has_params = np.array([profile.nbytes[u] > 0 if profile.nbytes else profile.comm.get(u, 0.0) > 0 for u in profile.units])
-        unit_comm = comm
-    else:
-        if not profile.nbytes:
-            raise ValueError("profile has no nbytes: a modelled link (gbps) needs per-unit bytes; omit gbps to use measured comm")
-        missing = [u for u in profile.units if u not in profile.nbytes]
-        if missing:
-            raise ValueError(f"profile nbytes lacks {len(missing)} unit(s), first {missing[0]!r}")
-        link = modelled_link(world, gbps, latency_s, calibration)
-        has_params = np.array([profile.nbytes[u] > 0 for u in profile.units])
-        unit_comm = np.array([link(profile.nbytes[u]) if p else 0.0 for u, p in zip(profile.units, has_params)])
-    ctx = SimContext(profile, H, world, bucket_bytes, unit_comm, has_params, link)
-    ctx.link_model = None if gbps is None else (gbps, latency_s, calibration)
-    return ctx
-
-
-def simulate(
-    algo: str,
-    profile: Profile,
-    *,
-    H: int = 10,
-    schedule: dict[str, list[int]] | None = None,
-    world: int = 2,
-    gbps: float | None = None,
-    latency_s: float = 0.0,
-    calibration: float = 1.0,
-    bucket_bytes: int = 25 * 2**20,
-    iterations: int | None = None,
-    options: dict | None = None,
-) -> SimResult:
-    """Mean iteration time and exposed wait of ``algo`` over ``iterations`` (default: one H-window)."""
-    if algo not in PLANS:
-        raise ValueError(f"algo: unknown {algo!r} (expected one of {', '.join(sorted(PLANS))})")
+def run_plans(plan: PlanFn, profile: Profile, H: int, iterations: int | None = None) -> SimResult:
+    """Mean iteration time and exposed wait of the plans ``plan(t)`` over ``iterations``
+    (default: one H-window)."""
     if not isinstance(H, int) or H < 1:
         raise ValueError(f"H must be an integer >= 1, got {H!r}")
-    if not isinstance(world, int) or world < 1:
-        raise ValueError(f"world must be an integer >= 1, got {world!r}")
-    if bucket_bytes < 1:
-        raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
     n = H if iterations is None else iterations
     if n < 1:
         raise ValueError(f"iterations must be >= 1, got {n}")
     if not profile.units:
         raise ValueError("profile has no units")
-    ctx = _context(profile, H, world, gbps, latency_s, calibration, bucket_bytes)
-    if algo in NEEDS_SCHEDULE:
-        link_profile = replace(profile, comm=dict(zip(profile.units, ctx.unit_comm.tolist())))
-        ctx.window = default_window(algo, profile, H, schedule, link_profile)
-    ctx.options = dict(options or {})
     bp, _ = arrays(profile)
     fwd = float(sum(profile.fwd.values()))
-    first = [PLANS[algo](ctx, t) for t in range(min(n, H))]
+    first = [plan(t) for t in range(min(n, H))]
     if any(p.crosses_iterations for p in first):
         # One warm-up window (the first iteration has nothing in flight), then n measured iterations.
         per_unit = np.array([profile.fwd.get(u, 0.0) for u in profile.units], dtype=float)
         per_unit[-1] += fwd - per_unit.sum()  # forward time of modules that are not units: at the start
-        seq = simulate_sequence([PLANS[algo](ctx, t) for t in range(H + n)], per_unit, bp, profile.step_time)
-        per_iter = seq[H:]
-        return SimResult(
-            mean_iter=float(np.mean([p[0] for p in per_iter])),
-            mean_wait=float(np.mean([p[1] for p in per_iter])),
-            per_iter=per_iter,
-        )
-    per_window = [simulate_iteration(plan, fwd, bp, profile.step_time) for plan in first]
-    per_iter = [per_window[t % H] for t in range(n)]
+        per_iter = simulate_sequence([plan(t) for t in range(H + n)], per_unit, bp, profile.step_time)[H:]
+    else:
+        per_window = [simulate_iteration(p, fwd, bp, profile.step_time) for p in first]
+        per_iter = [per_window[t % H] for t in range(n)]
     return SimResult(
         mean_iter=float(np.mean([p[0] for p in per_iter])),
         mean_wait=float(np.mean([p[1] for p in per_iter])),
         per_iter=per_iter,
     )
-
-
-def simulate_run(profile: Profile, algo_cfg: Mapping, bandwidth_cfg: Mapping, *, world: int,
-                 gbps: float | None, groups: list[list[int]] | None = None,
-                 schedule: dict[str, list[int]] | None = None) -> SimResult:
-    """One H-window of a run as it was configured (a run record's ``config.algo`` / ``config.bandwidth``).
-
-    ``groups`` is the engine's own per-iteration unit assignment (indices into
-    ``profile.units``, as a partial-sync algorithm's ``describe()`` records it),
-    so the model simulates what ran rather than re-deriving it.
-    """
-    name = algo_cfg["name"]
-    if name == "dreamddp" and algo_cfg.get("overlap_forward"):
-        name = "dreamddp_overlap"
-    if groups is not None and name in NEEDS_SCHEDULE:
-        schedule = {u: [t for t, g in enumerate(groups) if i in g] for i, u in enumerate(profile.units)}
-    return simulate(name, profile, H=algo_cfg["H"], schedule=schedule, world=world, gbps=gbps,
-                    latency_s=bandwidth_cfg["latency_ms"] / 1e3, calibration=bandwidth_cfg["calibration"],
-                    bucket_bytes=int(algo_cfg["bucket_mb"] * 2**20), iterations=algo_cfg["H"],
-                    options=dict(algo_cfg))

@@ -10,7 +10,8 @@ Runs on every worker of the real job, on the real model, data and link:
   the previous unit's readiness to this one's; the tail after the last unit
   is charged to the last unit, so the units sum to the backward pass);
 * the blocking all-reduce of each unit's parameters through the configured
-  communicator and link, on a scratch buffer;
+  communicator and link, on a scratch buffer (``comm_repeats`` times, the
+  median kept; 0 = not measured, e.g. before the link has a rate);
 * the optimizer step (with clipping) as ``step_time``.
 
 ``iterations`` unperturbed passes are timed (plus as many hooked ones and
@@ -112,9 +113,11 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
 
 def _comm_times(engine, comm, repeats: int) -> torch.Tensor:
     """Blocking all-reduce of each unit's parameter count, on one reused scratch buffer."""
+    out = torch.zeros(len(engine.units), dtype=torch.float64)
+    if repeats == 0:
+        return out
     scratch = torch.empty(max(u.numel for u in engine.units), dtype=engine.flat.params.dtype,
                           device=engine.flat.params.device)
-    out = torch.zeros(len(engine.units), dtype=torch.float64)
     for u in engine.units:
         times = []
         for _ in range(repeats):

@@ -19,11 +19,13 @@ import argparse
 import sys
 from dataclasses import replace
 
+from dreamddp.algorithms import ALGORITHMS
+from dreamddp.comm.cost import LinkModel
+from dreamddp.prediction import simulate, simulated_algorithms
 from dreamddp.schedule.authors_model import aligned, modelled_times
 from dreamddp.schedule.make import SCHEDULERS, make_schedule
-from dreamddp.schedule.plans import PLANS, modelled_link
-from dreamddp.schedule.profile import load_profile, save_schedule
-from dreamddp.schedule.simulator import simulate
+from dreamddp.schedule.profile import load_profile
+from dreamddp.schedule.schedule_file import save_schedule
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,19 +65,19 @@ def run(args: argparse.Namespace) -> str:
         text = _table(rows, f"authors' model, H={args.H}, mean of 1000 iterations (forward ignored)")
         text += "\n" + "  ".join(f"{k}: {v:.4f}x" for k, v in m["speedups"].items())
     else:
-        link = {}
+        link, world = None, 2
+        profile_for_schedule = profile
         if args.gbps is not None:
-            link = dict(world=args.workers, gbps=args.gbps, latency_s=args.latency_ms / 1e3)
             if not profile.nbytes:
                 raise ValueError(f"{args.profile_dir}: no nbytes.json, so --workers/--gbps cannot be modelled")
-            f = modelled_link(args.workers, args.gbps, args.latency_ms / 1e3, 1.0)
-            profile_for_schedule = replace(profile, comm={u: f(profile.nbytes.get(u, 0)) for u in profile.units})
-        else:
-            profile_for_schedule = profile
+            link, world = LinkModel(args.gbps, args.latency_ms / 1e3), args.workers
+            seconds = {u: link.seconds("all_reduce", profile.nbytes.get(u, 0), world) for u in profile.units}
+            profile_for_schedule = replace(profile, comm=seconds)
         schedule = make_schedule(profile_for_schedule, args.H, args.scheduler, bubble)
         rows = []
-        for algo in PLANS:
-            r = simulate(algo, profile, H=args.H, schedule=schedule if algo == "dreamddp" else None, **link)
+        for algo in simulated_algorithms():
+            given = schedule if ALGORITHMS[algo].scheduled else None  # the scheduler's output is theirs
+            r = simulate(algo, profile, H=args.H, schedule=given, world=world, link=link)
             rows.append((algo, r.mean_iter, r.mean_wait))
         where = f"{args.workers} workers, {args.gbps} Gbit/s" if link else "measured comm times"
         text = _table(rows, f"simulated engine, H={args.H}, {where}, {args.scheduler} schedule")

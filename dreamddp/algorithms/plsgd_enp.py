@@ -1,0 +1,26 @@
+"""PLSGD-ENP: partial local SGD with the equal-number partition.
+
+Units in backward order are cut into H contiguous groups of equal count
+(schedule.partition.equal_count_groups; the first n % H groups, output side,
+take one unit more); group g averages its parameters when t mod H == g,
+launched as each unit's gradient is ready (the mechanism in partial.py).
+"""
+
+from __future__ import annotations
+
+from dreamddp.algorithms.base import ALGORITHMS, Display
+from dreamddp.algorithms.partial import PartialParamSync
+from dreamddp.schedule.partition import equal_count_groups
+
+
+@ALGORITHMS.register
+class PLSGDENP(PartialParamSync):
+    name = "plsgd_enp"
+    display = Display("PLSGD-ENP", 50, periodic=True, authors_key="pipe_seq_localsgd")
+
+    def assignment(self, engine) -> list[list[int]]:
+        return equal_count_groups(len(engine.units), self.cfg.H)
+
+    @classmethod
+    def sim_groups(cls, ctx) -> list[list[int]]:
+        return equal_count_groups(ctx.n_units, ctx.H)

@@ -1,0 +1,34 @@
+"""Files that are always either the old or the new version, never half-written.
+
+Every write goes to a temporary file in the same directory, is fsync'ed, then
+renamed over the target (``os.replace`` is atomic on POSIX), so a reader, a
+crash or a kill mid-write never sees a partial file.  Run records, checkpoint
+markers, profiles, schedules and results tables all go through here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | os.PathLike, data, indent: int = 1) -> None:
+    """``data`` as JSON (non-JSON values via ``str``), atomically."""
+    write_text(path, json.dumps(data, indent=indent, default=str) + "\n")

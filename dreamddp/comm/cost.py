@@ -1,0 +1,73 @@
+"""The alpha-beta cost of one ring collective: what the emulated link paces and the simulator charges.
+
+Per worker, a ring all-reduce sends 2(n-1)/n of the payload and pays 2(n-1)
+latency hops; reduce-scatter and all-gather send (n-1)/n and pay n-1 hops.
+``nbytes`` is always the size of the full flat tensor (the all-reduce buffer,
+the reduce-scatter input, the all-gather output).  Pure Python: the planning
+library and the schedule CLI use it without importing torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+KINDS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"collective kind: unknown {kind!r} (expected one of {', '.join(KINDS)})")
+
+
+def ring_factor(kind: str, world: int) -> float:
+    """Fraction of the payload one worker sends on a ring of ``world`` workers."""
+    _check_kind(kind)
+    if world < 1:
+        raise ValueError(f"world: must be >= 1, got {world}")
+    factor = (world - 1) / world
+    return 2.0 * factor if kind == "all_reduce" else factor
+
+
+def latency_hops(kind: str, world: int) -> int:
+    return 2 * (world - 1) if kind == "all_reduce" else world - 1
+
+
+def collective_time(
+    kind: str,
+    nbytes: int,
+    world: int,
+    gbps: float,
+    latency_s: float = 0.0,
+    calibration: float = 1.0,
+) -> float:
+    """Modelled seconds for one ring collective of ``nbytes`` on ``world`` workers.
+
+    ``calibration`` scales only the bandwidth term: it absorbs protocol overhead
+    measured against a real shaped link, which is proportional to bytes sent.
+    """
+    factor = ring_factor(kind, world)  # validates kind and world
+    if nbytes < 0:
+        raise ValueError(f"nbytes: must be >= 0, got {nbytes}")
+    if world == 1:
+        return 0.0
+    if not gbps > 0 or not math.isfinite(gbps):
+        raise ValueError(f"bandwidth.gbps: must be a finite number > 0, got {gbps}")
+    if latency_s < 0:
+        raise ValueError(f"bandwidth.latency_ms: must be >= 0, got {latency_s * 1e3} ms")
+    if not calibration > 0:
+        raise ValueError(f"bandwidth.calibration: must be > 0, got {calibration}")
+    transfer = factor * calibration * nbytes * 8.0 / (gbps * 1e9)
+    return transfer + latency_hops(kind, world) * latency_s
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """A link as the simulator and the schedulers see it: rate, per-hop latency, calibration."""
+
+    gbps: float
+    latency_s: float = 0.0
+    calibration: float = 1.0
+
+    def seconds(self, kind: str, nbytes: int, world: int) -> float:
+        return collective_time(kind, nbytes, world, self.gbps, self.latency_s, self.calibration)

@@ -1,0 +1,83 @@
+"""What every link type provides: pacing, a description, a cost model, calibration, launching.
+
+A link type is one module in this package holding one :class:`Link` subclass
+registered in ``LINKS`` under its ``bandwidth.backend`` name.  It owns:
+
+- ``check(bandwidth, cluster)``: its rules on the ``bandwidth`` fields;
+- ``check_host(cfg)``: whether this host can run it (launcher only);
+- ``reserve``: the pacing of one collective (the communicator calls it);
+- ``describe()``: what the run record says about it;
+- ``model()``: the cost model the simulator charges (None: use measured times);
+- ``calibrate(warmup)`` and ``setup_state()``: start-up measurements that fix
+  its parameters, and what a checkpoint keeps of them;
+- ``launch_workers``: a launcher of its own (None: torchrun on this host).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from dreamddp.checks import ConfigError
+from dreamddp.comm.cost import LinkModel
+
+
+class Link:
+    name: ClassVar[str] = "base"
+    # True: the communicator holds every collective until this link's deadline.
+    # Code that talks to the process group itself (torch DDP) escapes such pacing.
+    paced: ClassVar[bool] = False
+
+    @classmethod
+    def check(cls, bandwidth, cluster) -> None:
+        """Refuse bad ``bandwidth`` fields for this link (one line, naming the field)."""
+        if bandwidth.worker_gbps is not None:
+            raise ConfigError(f"bandwidth.worker_gbps: per-worker rates need a link that models them "
+                              f"(bandwidth backend tc); the {cls.name} link has one rate for all workers")
+
+    @classmethod
+    def check_host(cls, cfg) -> None:
+        """Refuse a host that cannot run this link (runs in the launcher only)."""
+
+    @classmethod
+    def check_worker(cls, environ=None) -> None:
+        """Refuse a worker started in a way this link cannot serve (runs in each worker)."""
+
+    @classmethod
+    def from_config(cls, bandwidth) -> "Link":
+        raise NotImplementedError
+
+    def reserve(self, kind: str, nbytes: int, world: int, now: float) -> tuple[float, float]:
+        """Return (start, deadline) in ``time.perf_counter()`` seconds; no pacing by default."""
+        return now, now
+
+    def describe(self) -> dict:
+        """Plain-data description for the run record."""
+        return {"backend": self.name, "paced": self.paced}
+
+    def reset(self) -> None:
+        """Forget queued transfers (e.g. after warm-up); no-op for stateless links."""
+
+    def model(self) -> LinkModel | None:
+        """The simulator's cost model of this link; None: the profile's measured times."""
+        return None
+
+    @property
+    def needs_calibration(self) -> bool:
+        return False
+
+    def calibrate(self, warmup) -> dict:
+        """Fix parameters from start-up measurements (``warmup`` times the live job); returns
+        what the run record should keep."""
+        return {}
+
+    def setup_state(self) -> dict:
+        """What calibration decided, for a checkpoint (a resumed run does not measure again)."""
+        return {}
+
+    def load_setup_state(self, state: dict) -> None:
+        if state:
+            raise ValueError(f"bandwidth.backend={self.name}: checkpoint holds link state {sorted(state)} it cannot take")
+
+    # A launcher of its own: ``launch_workers(cfg, command, env) -> exit status``, starting
+    # cluster.nproc workers that each run ``command``; None = torchrun on this host.
+    launch_workers = None

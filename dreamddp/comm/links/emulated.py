@@ -1,0 +1,105 @@
+"""``bandwidth.backend=emulated``: a FIFO virtual clock per worker, paced by the alpha-beta ring model.
+
+What lets a laptop reproduce results about slow networks: the real collective
+runs over loopback at full speed, and the worker is then held until a virtual
+clock says the bytes would have crossed a link of the configured bandwidth.
+The clock is FIFO per worker, like a real NIC queue, so a second collective
+launched while the first is still "on the wire" starts only when the first
+one ends, while compute carries on meanwhile.
+
+The rate is ``bandwidth.gbps``, or, with ``bandwidth.comm_ratio``, derived at
+start-up: the all-reduce of all parameters is made to take ``comm_ratio``
+times the backward pass measured on the live job (the paper's GPT-2 regime
+is about 7).  Until then the link has no rate and refuses to pace.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+from dreamddp.checks import ConfigError, at_least, positive
+from dreamddp.comm.cost import LinkModel, collective_time, ring_factor
+from dreamddp.comm.links.base import Link
+from dreamddp.comm.links.registry import LINKS
+
+
+@LINKS.register
+class EmulatedLink(Link):
+    name = "emulated"
+    paced = True
+
+    def __init__(self, gbps: float | None, latency_ms: float = 0.0, calibration: float = 1.0,
+                 comm_ratio: float | None = None):
+        self._lock = threading.Lock()
+        self._gbps = None if gbps is None else float(gbps)
+        self.latency_ms = float(latency_ms)
+        self.calibration = float(calibration)
+        self.comm_ratio = comm_ratio
+        self._free_at = -math.inf
+
+    @classmethod
+    def check(cls, bandwidth, cluster) -> None:
+        super().check(bandwidth, cluster)
+        positive("bandwidth.gbps", bandwidth.gbps, optional=True)
+        positive("bandwidth.comm_ratio", bandwidth.comm_ratio, optional=True)
+        positive("bandwidth.calibration", bandwidth.calibration)
+        at_least("bandwidth.latency_ms", bandwidth.latency_ms, 0)
+        if bandwidth.gbps is None and bandwidth.comm_ratio is None:
+            raise ConfigError("bandwidth.gbps: required for backend emulated (or set bandwidth.comm_ratio)")
+        if bandwidth.gbps is not None and bandwidth.comm_ratio is not None:
+            raise ConfigError(f"bandwidth.comm_ratio={bandwidth.comm_ratio}: set either bandwidth.gbps or "
+                              "bandwidth.comm_ratio, not both")
+
+    @classmethod
+    def from_config(cls, bandwidth) -> "EmulatedLink":
+        cls.check(bandwidth, None)
+        return cls(bandwidth.gbps, bandwidth.latency_ms, bandwidth.calibration, bandwidth.comm_ratio)
+
+    @property
+    def gbps(self) -> float | None:
+        return self._gbps
+
+    @property
+    def free_at(self) -> float:
+        """When the last reserved transfer leaves the wire (-inf when idle since reset)."""
+        return self._free_at
+
+    def reserve(self, kind: str, nbytes: int, world: int, now: float) -> tuple[float, float]:
+        if self._gbps is None:
+            raise RuntimeError("emulated link: no rate yet (bandwidth.comm_ratio is set at calibration)")
+        with self._lock:
+            start = max(now, self._free_at)
+            duration = collective_time(kind, nbytes, world, self._gbps, self.latency_ms / 1e3, self.calibration)
+            deadline = start + duration
+            self._free_at = deadline
+        return start, deadline
+
+    def reset(self) -> None:
+        with self._lock:
+            self._free_at = -math.inf
+
+    def describe(self) -> dict:
+        return {**super().describe(), "gbps": self._gbps, "latency_ms": self.latency_ms,
+                "calibration": self.calibration}
+
+    def model(self) -> LinkModel:
+        return LinkModel(self._gbps, self.latency_ms / 1e3, self.calibration)
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.comm_ratio is not None and self._gbps is None
+
+    def calibrate(self, warmup) -> dict:
+        """Set the rate so that all-reduce(all parameters) / backward = comm_ratio."""
+        backward = warmup.backward_time()
+        nbytes, world = warmup.model_bytes, warmup.world
+        self._gbps = ring_factor("all_reduce", world) * nbytes * 8 / (self.comm_ratio * backward) / 1e9
+        return {"comm_ratio": self.comm_ratio, "backward": backward, "model_bytes": nbytes, "gbps": self._gbps}
+
+    def setup_state(self) -> dict:
+        return {"gbps": self._gbps} if self.comm_ratio is not None else {}
+
+    def load_setup_state(self, state: dict) -> None:
+        if "gbps" in state:
+            self._gbps = float(state["gbps"])

@@ -1,0 +1,96 @@
+"""What a worker reports: the run record and its W&B mirror on rank 0, nothing elsewhere.
+
+The trainer calls the same methods on every rank; ranks > 0 hold a
+:class:`NullRecorder` whose methods do nothing, so the training loop has no
+rank checks.  Rank 0's :class:`Recorder` keeps ``run.json`` (dreamddp.record),
+mirrors numbers to W&B (dreamddp.wandb_log, every ``train.log_every``
+iterations), and writes the files that sit beside the record (profile/,
+schedule.json).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from omegaconf import DictConfig
+
+from dreamddp.record import RunRecord
+from dreamddp.schedule.profile import Profile, save_profile
+from dreamddp.schedule.schedule_file import save_schedule
+from dreamddp.summary import summarise
+from dreamddp.wandb_log import WandbLogger
+
+
+class NullRecorder:
+    """Ranks > 0: every report is dropped."""
+
+    active = False
+
+    def set(self, key: str, value) -> None: ...
+    def flush(self) -> None: ...
+    def iteration(self, row: dict) -> None: ...
+    def evaluation(self, iteration: int, metrics: dict) -> None: ...
+    def divergence(self, iteration: int, div: dict) -> None: ...
+    def checkpoint(self, row: dict) -> None: ...
+    def save_profile(self, profile: Profile) -> None: ...
+    def save_schedule(self, H: int, schedule: dict) -> None: ...
+    def close(self, cfg, world_size: int, predict: Callable[[], dict] | None = None) -> None: ...
+    def fail(self, message: str) -> None: ...
+
+
+class Recorder(NullRecorder):
+    active = True
+
+    def __init__(self, cfg: DictConfig, run_dir: str) -> None:
+        self.run_dir = run_dir
+        self.log_every = max(1, int(cfg.train.log_every))
+        self.record = RunRecord(run_dir, cfg)
+        self.wandb = WandbLogger(cfg, run_dir, enabled=True)
+
+    def set(self, key: str, value) -> None:
+        self.record.set(key, value)
+
+    def flush(self) -> None:
+        self.record.flush()
+
+    def iteration(self, row: dict) -> None:
+        self.record.add_iteration(row)
+        if row["iteration"] % self.log_every == 0:
+            self.wandb.log(row["iteration"], {k: v for k, v in row.items() if k != "timeline"})
+
+    def evaluation(self, iteration: int, metrics: dict) -> None:
+        self.record.add_eval({"iteration": iteration, **metrics})
+        self.wandb.log(iteration, {f"eval/{k}": v for k, v in metrics.items()})
+
+    def divergence(self, iteration: int, div: dict) -> None:
+        self.record.add_divergence({"iteration": iteration, **div})
+        self.wandb.log(iteration, {"divergence": div["mean"]})
+
+    def checkpoint(self, row: dict) -> None:
+        self.record.add_checkpoint(row)
+
+    def save_profile(self, profile: Profile) -> None:
+        save_profile(profile, os.path.join(self.run_dir, "profile"))
+        self.set("profile", {"dir": "profile", "step_time": profile.step_time, **profile.meta})
+
+    def save_schedule(self, H: int, schedule: dict) -> None:
+        save_schedule(os.path.join(self.run_dir, "schedule.json"), H, schedule)
+
+    def close(self, cfg, world_size: int, predict: Callable[[], dict] | None = None) -> None:
+        """The summary (and the simulator's prediction), then the record is completed."""
+        summary = summarise(self.record, cfg, world_size)
+        if predict is not None:
+            summary["predicted"] = predict()
+        self.record.finish(summary)
+        self.wandb.summary(summary)
+        self.wandb.finish(exit_code=0)
+        print(summary["text"], flush=True)
+
+    def fail(self, message: str) -> None:
+        self.record.fail(message)
+        self.wandb.finish(exit_code=1)
+
+
+def recorder_for(rank: int, cfg: DictConfig, run_dir: str) -> NullRecorder:
+    return Recorder(cfg, run_dir) if rank == 0 else NullRecorder()

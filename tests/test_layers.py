@@ -1,0 +1,80 @@
+"""The package's shape: layers import downward only, and the planning side never loads torch.
+
+LAYERS is the chain the README draws, bottom up; a module may import from its
+own layer and the layers below (every import statement counts, those inside
+functions too, and ``lazy("...")`` stand-ins).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "dreamddp"
+
+LAYERS = [
+    {"checks", "atomic", "lazy", "registry", "supervise", "_compat", "netshape", "dist_env"},
+    {"comm"},
+    {"engine"},
+    {"schedule"},
+    {"algorithms"},
+    {"prediction"},
+    {"models", "data"},
+    {"warmup"},
+    {"record", "wandb_log", "summary", "recorder", "checkpoint", "optim"},
+    {"train"},
+    {"config"},
+    {"launch", "cli", "schedule_cli", "sweep_filter"},
+    {"results"},
+]
+LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+
+
+def _component(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "dreamddp"
+
+
+def _imports(path: Path) -> set[str]:
+    source = path.read_text()
+    found = set(re.findall(r'lazy\("(dreamddp[\w.]*)"\)', source))
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dreamddp"):
+            found |= {f"dreamddp.{a.name}" for a in node.names} if node.module == "dreamddp" else {node.module}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("dreamddp")}
+    return found
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts), path
+
+
+def test_every_component_has_a_layer():
+    components = {_component(m) for m, _ in _modules()} - {"__init__", "dreamddp"}
+    assert components <= set(LAYER_OF), sorted(components - set(LAYER_OF))
+
+
+@pytest.mark.parametrize("module,path", list(_modules()), ids=[m for m, _ in _modules()])
+def test_imports_go_downward_only(module, path):
+    mine = _component(module)
+    if mine not in LAYER_OF:
+        return  # dreamddp/__init__.py
+    for target in _imports(path):
+        theirs = _component(target)
+        if theirs == "dreamddp":
+            continue
+        assert LAYER_OF[theirs] <= LAYER_OF[mine], f"{module} imports {target} (layer {theirs} is above {mine})"
+
+
+@pytest.mark.parametrize("module", ["dreamddp.schedule_cli", "dreamddp.prediction", "dreamddp.algorithms",
+                                    "dreamddp.schedule.simulator", "dreamddp.results.tables"])
+def test_planning_side_does_not_import_torch(module):
+    code = f"import sys, {module}; sys.exit(int('torch' in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0, f"{module} imports torch"
