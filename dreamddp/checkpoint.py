@@ -10,8 +10,11 @@ Layout, under the run directory::
 
 ``step`` counts completed iterations; a run resumed from it starts at iteration
 ``step`` and runs to ``train.iterations`` (the total, as in torchtitan).  Files
-are written under a temporary name and renamed, so a crash mid-save leaves the
-older checkpoints intact and nothing that looks complete but is not.
+are written under a temporary name, fsync'ed and renamed, so a crash mid-save
+leaves the older checkpoints intact and nothing that looks complete but is not.
+A worker restarted by torchrun (``cluster.max_restarts``) or a requeued SLURM job
+continues from the newest complete checkpoint of its own run directory
+(:func:`auto_resume`).
 
 A worker file holds the model's parameters and buffers, optimizer and LR
 schedule state, the algorithm's own state (``Algorithm.state_dict``: e.g.
@@ -73,6 +76,25 @@ def find(path: str | os.PathLike) -> Path:
     return steps[-1]
 
 
+def auto_resume(cfg, run_dir: str | os.PathLike, environ=None) -> Path | None:
+    """The checkpoint a restarted worker continues from, or None (start from scratch).
+
+    Restarted means torchrun's ``TORCHELASTIC_RESTART_COUNT`` or SLURM's
+    ``SLURM_RESTART_COUNT`` (a requeued job) is above 0; an explicit ``train.resume``
+    wins, and a first start never picks up checkpoints it finds.
+    """
+    env = os.environ if environ is None else environ
+    if cfg.train.resume:
+        return None
+    restarts = max(int(env.get("TORCHELASTIC_RESTART_COUNT") or 0), int(env.get("SLURM_RESTART_COUNT") or 0))
+    if restarts == 0:
+        return None
+    try:
+        return find(run_dir)
+    except CheckpointError:
+        return None
+
+
 def describe_run(cfg, world_size: int) -> dict:
     """The MUST_MATCH settings of a run, as meta.json records them."""
     return {**{key: OmegaConf.select(cfg, key) for key in _CONFIG_KEYS}, "world_size": world_size}
@@ -83,19 +105,26 @@ def check_resume(cfg, world_size: int) -> tuple[Path, int]:
     run cannot continue it."""
     resume = cfg.train.resume
     ckpt = find(resume)
-    meta = json.loads((ckpt / META).read_text())
+    try:  # torn or hand-edited: refused like any other unusable checkpoint
+        meta = json.loads((ckpt / META).read_text())
+        saved, step = dict(meta["run"]), int(meta["step"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"train.resume={resume}: {ckpt / META} is unreadable ({type(exc).__name__})") from None
     ours = describe_run(cfg, world_size)
     for key in MUST_MATCH:
-        if meta["run"].get(key) != ours[key]:
+        if saved.get(key) != ours[key]:
             raise CheckpointError(
-                f"train.resume={resume}: saved with {key}={meta['run'].get(key)}, this run has {key}={ours[key]}"
+                f"train.resume={resume}: saved with {key}={saved.get(key)}, this run has {key}={ours[key]}"
             )
-    if meta["step"] >= cfg.train.iterations:
+    if step >= cfg.train.iterations:
         raise CheckpointError(
-            f"train.resume={resume}: checkpoint is at step {meta['step']}, nothing left of "
+            f"train.resume={resume}: checkpoint is at step {step}, nothing left of "
             f"train.iterations={cfg.train.iterations}"
         )
-    return ckpt, meta["step"]
+    missing = [f"rank{r:05d}.pt" for r in range(world_size) if not (ckpt / f"rank{r:05d}.pt").is_file()]
+    if missing:
+        raise CheckpointError(f"train.resume={resume}: {ckpt.name} lacks worker file(s) {', '.join(missing)}")
+    return ckpt, step
 
 
 def capture(model, optimizer, lr_schedule, algorithm, data_iter, setup: dict) -> dict:
@@ -146,7 +175,10 @@ def save(run_dir: str, step: int, rank: int, state: dict, run: dict, keep: int) 
     d.mkdir(parents=True, exist_ok=True)
     target = d / f"rank{rank:05d}.pt"
     tmp = target.with_name(target.name + ".tmp")
-    torch.save(state, tmp)
+    with open(tmp, "wb") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
     os.replace(tmp, target)
     if dist.is_initialized():
         dist.barrier()  # every worker's file is in place

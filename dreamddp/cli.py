@@ -100,18 +100,48 @@ def worker_argv(hc) -> list[str]:
     return argv
 
 
+def check_output_dir(key: str, path: str) -> None:
+    """Refuse a run directory that cannot be created or written, naming ``key`` (one line)."""
+    target = Path(path).absolute()
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{key}={path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        why = "read-only file system" if _read_only(existing) else "permission denied"
+        raise ConfigError(f"{key}={path}: cannot create or write it under {existing} ({why})")
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 class ValidateFirst(Callback):
     """Validate a single run before Hydra creates its output directory.
 
     Listed in conf/config.yaml under hydra.callbacks.  A refused config thus
-    leaves no run directory at all.  Multirun jobs differ per job, so the task
-    validates those itself.
+    leaves no run directory at all.  The launching process also checks that it
+    can start the run (launch.check_launchable) and write its run directory.
+    Multirun jobs differ per job, so the task validates those itself.
     """
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         task_cfg = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
         try:
             validate(task_cfg)
+            if not launch.in_worker():
+                launch.check_launchable(task_cfg)
+                check_output_dir("hydra.run.dir", config.hydra.run.dir)
+        except ConfigError as exc:
+            _fail(str(exc))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        try:
+            check_output_dir("hydra.sweep.dir", config.hydra.sweep.dir)
         except ConfigError as exc:
             _fail(str(exc))
 

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Optional
 
-from dreamddp.checks import ConfigError, at_least, choice
+from dreamddp.checks import ConfigError, at_least, choice, positive
 
 if TYPE_CHECKING:
     import torch
@@ -61,6 +61,8 @@ def check(cluster) -> None:
     choice("cluster.dist_backend", cluster.dist_backend, DIST_BACKENDS)
     if cluster.device == "cpu" and cluster.dist_backend == "nccl":
         raise ConfigError("cluster.dist_backend=nccl: needs cluster.device=cuda (use gloo on cpu)")
+    positive("cluster.timeout_s", cluster.timeout_s)
+    at_least("cluster.max_restarts", cluster.max_restarts, 0)
 
 
 def first_host(nodelist: str) -> str:
@@ -130,7 +132,11 @@ def init_distributed(cfg: "DictConfig", environ: Optional[Mapping[str, str]] = N
 
     Sets the thread count first (one core per worker on CPU), picks the device
     and backend from ``cfg.cluster``, and binds CUDA workers to their local GPU.
+    ``cluster.timeout_s`` bounds every collective and barrier of the group: a peer
+    that never joins (frozen, or hung elsewhere) makes it fail instead of waiting.
     """
+    from datetime import timedelta
+
     import torch
     import torch.distributed as dist
 
@@ -153,14 +159,20 @@ def init_distributed(cfg: "DictConfig", environ: Optional[Mapping[str, str]] = N
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size)
+    dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size,
+                            timeout=timedelta(seconds=float(cfg.cluster.timeout_s)))
     return DistContext(env.rank, env.world_size, env.local_rank, device, backend)
 
 
-def shutdown() -> None:
-    """Barrier, then destroy: no rank tears the group down under another's feet."""
+def shutdown(clean: bool = True) -> None:
+    """Barrier, then destroy: no rank tears the group down under another's feet.
+
+    After a failure (``clean=False``) the peers are not where a barrier expects them
+    (mid-collective, or dead), so the group is destroyed without one.
+    """
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        if clean:
+            dist.barrier()
         dist.destroy_process_group()

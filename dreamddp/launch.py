@@ -6,8 +6,16 @@ srun identity in its environment): on a laptop, inside a one-task SLURM job
 host; a link type with a launcher of its own (``bandwidth.backend=tc``: one
 process per shaped network namespace) starts them instead.  Whatever the way,
 the parent forwards SIGINT/SIGTERM and kills stragglers after a grace period
-(dreamddp.supervise), and makes sure run.json does not stay "running" when the
-workers died without closing it.
+(dreamddp.supervise), leaves no process of the run behind, and makes sure
+run.json does not stay "running" when the workers died without closing it: it
+is marked failed with the rank that failed first and why (dreamddp.failures).
+
+torchrun runs through ``python -m dreamddp.failures`` (torchrun plus a file of
+per-rank exit statuses) and restarts the workers ``cluster.max_restarts`` times;
+restarted workers resume from the run directory's newest checkpoint.  With
+``cluster.preemptible`` a SIGUSR1 to this process becomes a checkpoint-and-stop
+request to the workers (dreamddp.preempt), and a run that stopped so exits with
+``EXIT_PREEMPTED``.
 """
 
 from __future__ import annotations
@@ -15,23 +23,28 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import socket
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 from omegaconf import DictConfig
 
+from dreamddp import failures, preempt
 from dreamddp.checks import ConfigError
 from dreamddp.comm.links import LINKS
 from dreamddp.comm.links.tc import LAUNCHED_ENV
 from dreamddp.dist_env import worker_env
 from dreamddp.record import load_record, mark_failed
-from dreamddp.supervise import supervise
+from dreamddp.supervise import no_leftovers, supervise
 
 log = logging.getLogger(__name__)
 
 _SAFE = re.compile(r"[A-Za-z0-9_./@:+-]+")
+# How long torchrun lets workers exit after its SIGTERM before SIGKILL (a frozen worker never does).
+SHUTDOWN_TIMEOUT_S = 10
 
 
 def in_worker(environ: Optional[dict] = None) -> bool:
@@ -58,12 +71,17 @@ def worker_command(argv: list[str], run_dir: str) -> list[str]:
 
 
 def torchrun_command(cfg: DictConfig, run_dir: str, argv: list[str], port: int) -> list[str]:
+    """torchrun's arguments, run through dreamddp.failures (which records how each rank ended).
+
+    The c10d rendezvous (not the static one) runs a fresh round for every restart."""
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-m", "dreamddp.failures",
         "--nnodes", "1",
         "--nproc-per-node", str(cfg.cluster.nproc),
-        "--master-addr", "127.0.0.1",
-        "--master-port", str(port),
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{port}",
+        "--max-restarts", str(cfg.cluster.max_restarts),
+        "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
         *worker_command(argv, run_dir)[1:],  # torchrun runs the module with its own python
     ]
 
@@ -79,6 +97,9 @@ def worker_environment(cfg: DictConfig, environ: Optional[dict] = None) -> dict[
 def _launch_torchrun(cfg: DictConfig, run_dir: str, argv: list[str], env: dict[str, str]) -> int:
     port = int(cfg.cluster.master_port) or free_port()
     cmd = torchrun_command(cfg, run_dir, argv, port)
+    # Each restart's workers get a store of their own (rank 0 hosts it), not the agent's, which
+    # still holds the addresses of the workers they replace.
+    env = {**env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     log.info("starting %d workers: %s", cfg.cluster.nproc, " ".join(cmd))
     return supervise(cmd, env)
 
@@ -95,6 +116,9 @@ def check_launchable(cfg: DictConfig, environ: Optional[dict] = None) -> None:
         raise ConfigError(
             "cluster=slurm: not inside a SLURM job; submit with slurm/ or -m hydra/launcher=submitit_slurm"
         )
+    if cfg.cluster.max_restarts and LINKS.lookup(cfg.bandwidth.backend).launch_workers is not None:
+        raise ConfigError(f"cluster.max_restarts={cfg.cluster.max_restarts}: bandwidth backend "
+                          f"{cfg.bandwidth.backend} starts its workers itself and does not restart them")
 
 
 def prepare_data(cfg: DictConfig) -> None:
@@ -107,27 +131,61 @@ def prepare_data(cfg: DictConfig) -> None:
         raise ConfigError(f"data={cfg.data.name}: {exc}") from exc
 
 
+@contextmanager
+def _checkpoint_requests(cfg: DictConfig, run_dir: str):
+    """cluster.preemptible: SIGUSR1 to this process asks the workers to checkpoint and stop."""
+    if not cfg.cluster.preemptible:
+        yield
+        return
+    preempt.consume(run_dir)  # an earlier job's request, never served
+    previous = signal.signal(preempt.SIGNAL, lambda *_: preempt.request(run_dir))
+    try:
+        yield
+    finally:
+        signal.signal(preempt.SIGNAL, previous)
+
+
 def launch_workers(cfg: DictConfig, run_dir: str, argv: list[str]) -> int:
     """Start cluster.nproc workers running ``dreamddp.cli argv`` in ``run_dir``; wait; exit status.
 
-    On return the run record is closed: if the workers left it missing or
-    "running", it is marked failed, and a zero status becomes 1.
+    On return no process of the run is left, and the run record is closed: if
+    the workers left it missing or "running" (or rank 0 closed it with its own
+    view of a peer's failure), it is marked failed with the first failure across
+    ranks, and a zero status becomes 1.  Workers that stopped on a checkpoint
+    request return ``preempt.EXIT_PREEMPTED``.
     """
     check_launchable(cfg)
     prepare_data(cfg)
     env = worker_environment(cfg)
+    failures.clear(run_dir)
+    env[failures.EXITS_ENV] = str(failures.exits_path(run_dir))
     own_launcher = LINKS.lookup(cfg.bandwidth.backend).launch_workers
-    if own_launcher is not None:  # e.g. tc: one process per shaped network namespace
-        rc = own_launcher(cfg, worker_command(argv, run_dir), env)
-    else:
-        rc = _launch_torchrun(cfg, run_dir, argv, env)
+    with no_leftovers(), _checkpoint_requests(cfg, run_dir):
+        if own_launcher is not None:  # e.g. tc: one process per shaped network namespace
+            rc = own_launcher(cfg, worker_command(argv, run_dir), env)
+        else:
+            rc = _launch_torchrun(cfg, run_dir, argv, env)
+    return close_record(cfg, run_dir, rc)
+
+
+def close_record(cfg: DictConfig, run_dir: str, rc: int) -> int:
+    """After the workers: the run's exit status, with the record closed to match it."""
     try:
         status = load_record(run_dir).get("status")
     except (OSError, ValueError):
         status = None
-    if status not in ("completed", "failed"):
+    if status == "preempted":
+        log.warning("workers stopped on a checkpoint request; requeue the job to continue")
+        return preempt.EXIT_PREEMPTED
+    if status == "completed":
+        return rc
+    world = int(cfg.cluster.nproc) * int(cfg.cluster.nnodes)
+    cause = failures.root_cause(run_dir, world, float(cfg.cluster.timeout_s))
+    if cause is not None:
+        mark_failed(run_dir, cfg, cause.message, cause.as_dict())
+        log.error("workers failed: %s (run record %s)", cause.message, Path(run_dir) / "run.json")
+    elif status != "failed":
         why = f"workers exited with status {rc} without closing the run record"
         mark_failed(run_dir, cfg, why)
         log.error("%s: marked %s failed", why, Path(run_dir) / "run.json")
-        rc = rc or 1
-    return rc
+    return rc or 1

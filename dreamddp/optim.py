@@ -29,9 +29,10 @@ def check(train) -> None:
         raise ConfigError(f"train.warmup_iterations={train.warmup_iterations}: exceeds train.iterations={train.iterations}")
 
 
-def build_optimizer(train_cfg, params) -> torch.optim.Optimizer:
+def build_optimizer(train_cfg, params, name: str | None = None) -> torch.optim.Optimizer:
+    """``name`` (default ``train.optimizer``) with ``train.*``'s hyperparameters."""
     params = list(params)
-    name = train_cfg.optimizer
+    name = name or train_cfg.optimizer
     if name == "sgd":
         return torch.optim.SGD(params, lr=train_cfg.lr, momentum=train_cfg.momentum, weight_decay=train_cfg.weight_decay)
     if name == "adam":

@@ -32,7 +32,8 @@ def _config(algo, H: int | None, options: dict):
 
 
 def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str, list[int]] | None = None,
-             world: int = 2, link: LinkModel | None = None, iterations: int | None = None, **options) -> SimResult:
+             runs: list[list[tuple[int, int]]] | None = None, world: int = 2, link: LinkModel | None = None,
+             iterations: int | None = None, **options) -> SimResult:
     """Mean iteration time and exposed wait of ``algo`` (a name, or its Config) over
     ``iterations`` (default: one H-window); ``options`` are its ``algo.*`` fields."""
     cfg = _config(algo, H, options)
@@ -42,33 +43,38 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
         raise ValueError(f"world must be an integer >= 1, got {world!r}")
     if not profile.units:
         raise ValueError("profile has no units")
-    plan = cls.simulation(SimContext(profile, cfg, world, link, schedule))
+    plan = cls.simulation(SimContext(profile, cfg, world, link, schedule, runs))
     if plan is None:
         raise ValueError(f"algo={cfg.name}: has no simulator plan")
     return run_plans(plan, profile, int(cfg.H), iterations)
 
 
-def record_link(config: Mapping, gbps: float | None) -> LinkModel | None:
-    """The modelled link of a run configured as ``config`` at ``gbps`` (None: measured times)."""
+def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
+    """The modelled link a run record describes (its measured alpha included), at ``gbps``
+    (default: the record's own rate; None when the run had none: measured times)."""
+    link = record["extra"]["link"]
+    gbps = gbps if gbps is not None else link.get("gbps")
     if gbps is None:
         return None
-    bw = config["bandwidth"]
-    return LinkModel(gbps, bw["latency_ms"] / 1e3, bw["calibration"])
+    bw = record["config"]["bandwidth"]
+    return LinkModel(gbps, bw["latency_ms"] / 1e3, bw["calibration"], (link.get("alpha_ms") or 0.0) / 1e3)
 
 
 def simulate_record(profile: Profile, config: Mapping, *, world: int, link: LinkModel | None,
-                    groups: list[list[int]] | None = None) -> SimResult:
+                    groups: list[list[int]] | None = None, runs: list[list[list[int]]] | None = None) -> SimResult:
     """One H-window of a run as it was configured (a run record's ``config``) on ``link``
     (None: the profile's measured comm times; ``record_link`` builds one from the record).
 
     ``groups`` is the engine's own per-iteration unit assignment (indices into
-    ``profile.units``, as a partial-sync algorithm's ``describe()`` records it).
+    ``profile.units``, as a partial-sync algorithm's ``describe()`` records it),
+    ``runs`` its collectives when they are not one per unit.
     """
     cfg = algo_config(config["algo"])
     schedule = None
     if groups is not None:
         schedule = {u: [t for t, g in enumerate(groups) if i in g] for i, u in enumerate(profile.units)}
-    return simulate(cfg, profile, schedule=schedule, world=world, link=link, iterations=cfg.H)
+    runs = None if runs is None else [[tuple(r) for r in its] for its in runs]
+    return simulate(cfg, profile, schedule=schedule, runs=runs, world=world, link=link, iterations=cfg.H)
 
 
 def simulated_algorithms() -> list[str]:

@@ -4,8 +4,14 @@ Rank 0 holds a ``RunRecord``.  The file is always complete JSON: every write goe
 to a temporary file in the same directory, is fsync'ed, then atomically renamed
 over ``run.json``, so a reader (or a crash) never sees half a record.  It is
 written when the run starts (status "running"), at most every ``flush_seconds``
-or ``flush_iterations`` while iterations arrive, and at the end ("completed" or
-"failed").  The launcher marks a record failed when workers die without doing so.
+or ``flush_iterations`` while iterations arrive, and at the end ("completed",
+"failed", or "preempted": stopped on request after a checkpoint, see
+dreamddp.preempt).  The launcher marks a record failed when workers die without
+doing so, naming the rank that failed first (dreamddp.failures).
+
+A run that continues from a checkpoint of its own run directory (a torchrun
+restart, a requeued SLURM job) keeps the record's rows before the checkpoint and
+lists each restart under ``extra.restarts``, so the record reads as one run.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dreamddp.atomic import write_json
 
 RECORD_NAME = "run.json"
 SCHEMA_VERSION = 1
+STATUSES = ("running", "completed", "failed", "preempted")
 
 
 def _git_sha(cwd: Path) -> str | None:
@@ -119,7 +126,31 @@ class RunRecord:
             "extra": {},
             "summary": {},
         }
+        self._continue_same_run(cfg)
         self.flush()
+
+    def _continue_same_run(self, cfg: DictConfig) -> None:
+        """Resuming from a checkpoint inside this run directory: keep what came before it."""
+        resume = OmegaConf.select(cfg, "train.resume")
+        if not resume:
+            return
+        ckpt = Path(resume).resolve()
+        if self.path.parent.resolve() not in ckpt.parents:
+            return  # another run's checkpoint: this is a new run with a record of its own
+        try:
+            previous = load_record(self.path)
+            step = int(json.loads((ckpt / "meta.json").read_text())["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        before = lambda rows: [r for r in rows if r.get("iteration", step) < step]  # noqa: E731
+        old_extra = previous.get("extra") or {}
+        self.data.update(start_time=previous.get("start_time", self.data["start_time"]),
+                         iterations=before(previous.get("iterations", [])), evals=before(previous.get("evals", [])),
+                         divergence=before(previous.get("divergence", [])))
+        self.data["extra"]["checkpoints"] = [c for c in old_extra.get("checkpoints", []) if c.get("step", 0) <= step]
+        self.data["extra"]["restarts"] = [*old_extra.get("restarts", []), {
+            "step": step, "time": time.time(), "previous_status": previous.get("status"),
+            "previous_error": previous.get("error")}]
 
     @property
     def status(self) -> str:
@@ -167,20 +198,38 @@ class RunRecord:
         self._unflushed = 0
 
 
-def mark_failed(run_dir: str, cfg: DictConfig, message: str) -> bool:
+def mark_failed(run_dir: str, cfg: DictConfig, message: str, failure: dict | None = None) -> bool:
     """Launcher side: make sure a run whose workers died ends as "failed".
 
     Returns True when it wrote something: a record still "running" is closed,
     a missing one is created (config, versions, hardware) so the failure is on file.
+    With ``failure`` (the first failure across ranks, dreamddp.failures) a record
+    rank 0 already closed as failed gets that error instead of rank 0's own view,
+    which is kept as ``extra.failure.rank0_error``.
     """
     path = Path(run_dir) / RECORD_NAME
     try:
         data = load_record(path)
     except (OSError, json.JSONDecodeError):
-        RunRecord(run_dir, cfg).fail(message)
+        record = RunRecord(run_dir, cfg)
+        if failure is not None:
+            record.set("failure", dict(failure))
+        record.fail(message)
         return True
-    if data.get("status") in ("completed", "failed"):
+    status = data.get("status")
+    if status in ("completed", "preempted") or (status == "failed" and failure is None):
         return False
-    data.update(status="failed", error=message, end_time=time.time())
+    if failure is not None:
+        extra = data.setdefault("extra", {})
+        extra["failure"] = {**failure, **({"rank0_error": data.get("error")} if status == "failed" else {})}
+    data.update(status="failed", error=message, end_time=data.get("end_time") or time.time())
     write_json(path, data)
     return True
+
+
+def mark_preempted(run_dir: str, message: str) -> None:
+    """Rank 0, after a checkpoint-and-stop request was served: the run is not over, nor failed."""
+    path = Path(run_dir) / RECORD_NAME
+    data = load_record(path)
+    data.update(status="preempted", error=message, end_time=time.time())
+    write_json(path, data)

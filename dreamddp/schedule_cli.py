@@ -1,16 +1,21 @@
 """``dreamddp-schedule``: a schedule for a profile, and the modelled iteration times.
 
-    dreamddp-schedule PROFILE_DIR --H 10 [--scheduler dreamddp|enp|optimal]
+    dreamddp-schedule PROFILE_DIR --H 10 [--scheduler dreamddp|optimal|general|enp]
         [--no-bubble] [--out schedule.json] [--workers N --gbps G]
-        [--latency-ms MS] [--authors-model]
+        [--latency-ms MS] [--alpha-ms MS] [--authors-model]
 
+Schedulers (schedule/make.py): ``dreamddp`` is the paper's DFS over contiguous
+splits, ``optimal`` the exact optimum over contiguous splits (both one
+collective per unit, then bubble filling), ``general`` any subset of units
+per iteration grouped into collectives under the alpha-beta model (each
+collective pays ``--alpha-ms``), ``enp`` PLSGD-ENP's equal-count partition.
 Writes the schedule in the authors' format (``{"H": H, "schedule": {unit:
-iteration or [iterations]}}``) and prints a table of modelled mean iteration
-times.  ``--authors-model`` schedules the units the authors' model sees and
-prints their model's numbers; otherwise our simulator runs every algorithm on
-the profile's measured comm times, or with ``--workers/--gbps`` on the ring
-link model over the profile's byte counts.  Bad input: one line on stderr,
-exit status 2.
+iteration or [iterations]}}``, plus ``"collectives"`` for general schedules)
+and prints a table of modelled mean iteration times.  ``--authors-model``
+schedules the units the authors' model sees and prints their model's numbers;
+otherwise our simulator runs every algorithm on the profile's measured comm
+times, or with ``--workers/--gbps`` on the ring link model over the profile's
+byte counts.  Bad input: one line on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from dreamddp.algorithms import ALGORITHMS
 from dreamddp.comm.cost import LinkModel
 from dreamddp.prediction import simulate, simulated_algorithms
 from dreamddp.schedule.authors_model import aligned, modelled_times
-from dreamddp.schedule.make import SCHEDULERS, make_schedule
+from dreamddp.schedule.cost import groups
+from dreamddp.schedule.make import SCHEDULERS, make_plan, make_schedule
 from dreamddp.schedule.profile import load_profile
-from dreamddp.schedule.schedule_file import save_schedule
+from dreamddp.schedule.schedule_file import assign_runs, save_schedule
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="world size for the modelled link (with --gbps)")
     p.add_argument("--gbps", type=float, help="link bandwidth in Gbit/s (with --workers)")
     p.add_argument("--latency-ms", type=float, default=0.0, help="per-hop latency of the modelled link")
+    p.add_argument("--alpha-ms", type=float, default=0.0,
+                   help="cost of one collective (general scheduler and the modelled link)")
     p.add_argument("--authors-model", action="store_true", help="print the authors' cost model's numbers")
     return p
 
@@ -56,10 +64,13 @@ def run(args: argparse.Namespace) -> str:
         raise ValueError("--workers and --gbps go together")
     if args.workers is not None and args.authors_model:
         raise ValueError("--authors-model uses the profile's measured comm times; drop --workers/--gbps")
+    if args.alpha_ms < 0:
+        raise ValueError(f"--alpha-ms must be >= 0, got {args.alpha_ms}")
     profile = load_profile(args.profile_dir)
-    bubble = not args.no_bubble
+    bubble, alpha = not args.no_bubble, args.alpha_ms / 1e3
+    collectives = None
     if args.authors_model:
-        schedule = make_schedule(aligned(profile), args.H, args.scheduler, bubble)
+        schedule = make_schedule(aligned(profile), args.H, args.scheduler, bubble, alpha)
         m = modelled_times(profile, args.H, schedule)
         rows = [(k, v, None) for k, v in m["algorithm_times"].items()]
         text = _table(rows, f"authors' model, H={args.H}, mean of 1000 iterations (forward ignored)")
@@ -70,18 +81,22 @@ def run(args: argparse.Namespace) -> str:
         if args.gbps is not None:
             if not profile.nbytes:
                 raise ValueError(f"{args.profile_dir}: no nbytes.json, so --workers/--gbps cannot be modelled")
-            link, world = LinkModel(args.gbps, args.latency_ms / 1e3), args.workers
+            link, world = LinkModel(args.gbps, args.latency_ms / 1e3, alpha_s=alpha), args.workers
             seconds = {u: link.seconds("all_reduce", profile.nbytes.get(u, 0), world) for u in profile.units}
             profile_for_schedule = replace(profile, comm=seconds)
-        schedule = make_schedule(profile_for_schedule, args.H, args.scheduler, bubble)
+        schedule, collectives = make_plan(profile_for_schedule, args.H, args.scheduler, bubble, alpha)
+        runs = None
+        if collectives is not None:
+            runs = assign_runs(collectives, groups(profile, args.H, schedule), profile.units)
         rows = []
         for algo in simulated_algorithms():
-            given = schedule if ALGORITHMS[algo].scheduled else None  # the scheduler's output is theirs
-            r = simulate(algo, profile, H=args.H, schedule=given, world=world, link=link)
+            scheduled = ALGORITHMS[algo].scheduled  # the scheduler's output is theirs
+            r = simulate(algo, profile, H=args.H, schedule=schedule if scheduled else None,
+                         runs=runs if scheduled else None, world=world, link=link)
             rows.append((algo, r.mean_iter, r.mean_wait))
         where = f"{args.workers} workers, {args.gbps} Gbit/s" if link else "measured comm times"
         text = _table(rows, f"simulated engine, H={args.H}, {where}, {args.scheduler} schedule")
-    save_schedule(args.out, args.H, schedule)
+    save_schedule(args.out, args.H, schedule, collectives)
     return text + f"\nschedule written to {args.out}"
 
 

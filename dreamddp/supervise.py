@@ -3,20 +3,31 @@
 The launcher starts workers (torchrun, or the shaped-namespace launcher) through
 :func:`supervise`: SIGINT/SIGTERM are forwarded, stragglers are killed after a
 grace period, and an exception in the waiting loop kills the whole tree.
+
+A tree loses track of its members when a parent dies first: a worker's helper
+processes (a W&B service) are orphaned when the worker is killed, and orphans
+normally go to init.  Inside :func:`no_leftovers` this process is their
+"child subreaper" (Linux prctl), so they come to us instead, and whatever is
+still running when the block ends is given a moment and then killed.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import subprocess
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 GRACE_S = 30.0  # after a forwarded signal, how long workers get before SIGKILL
+LEFTOVER_GRACE_S = 5.0  # how long orphans get to exit by themselves at the end of no_leftovers
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def descendants(pid: int) -> list[int]:
@@ -36,6 +47,91 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             stack.append(child)
     return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _reap(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def _subreaper(on: bool) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+@contextmanager
+def no_leftovers(grace_s: float | None = None):
+    """Every process started inside the block is gone when it ends (orphans included).
+
+    Processes that were already our descendants before the block are left alone.
+    """
+    grace_s = LEFTOVER_GRACE_S if grace_s is None else grace_s
+    before = set(descendants(os.getpid()))
+    adopted = _subreaper(True)
+    try:
+        yield
+    finally:
+        deadline = time.monotonic() + grace_s
+        while True:
+            left = [p for p in descendants(os.getpid()) if p not in before]
+            _reap(left)
+            left = [p for p in left if _running(p)]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if left:
+            log.warning("killing %d process(es) the run left behind: %s", len(left), left)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + 5.0
+        while left and time.monotonic() < deadline:
+            _reap(left)
+            left = [p for p in left if _running(p)]
+            time.sleep(0.05)
+        if adopted:
+            _subreaper(False)
+
+
+def _term_pending_while_stopped(pid: int) -> bool:
+    try:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if ":" in line)
+        pending = int(fields["ShdPnd"], 16) | int(fields["SigPnd"], 16)
+    except (OSError, KeyError, ValueError):
+        return False
+    return fields.get("State", "").strip().startswith("T") and bool(pending >> (signal.SIGTERM - 1) & 1)
+
+
+def wake_terminated(root: int, done: threading.Event, period_s: float = 0.5) -> None:
+    """Until ``done``: continue any stopped descendant of ``root`` that has a SIGTERM pending.
+
+    A stopped (SIGSTOP, frozen) process acts on nothing but SIGKILL and SIGCONT, so
+    the SIGTERM of a launcher shutting it down would wait for the SIGKILL that ends
+    the grace period; continued, it dies at once.  Run it in a thread."""
+    while not done.wait(period_s):
+        for pid in descendants(root):
+            if _term_pending_while_stopped(pid):
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
 
 def kill_tree(proc: subprocess.Popen) -> None:

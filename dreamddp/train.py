@@ -18,13 +18,12 @@ Reports go through a recorder that is a no-op on ranks > 0 (dreamddp.recorder).
 from __future__ import annotations
 
 import os
-import time
 
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
-from dreamddp import checkpoint, dist_env
+from dreamddp import checkpoint, dist_env, failures, faults, preempt
 from dreamddp.algorithms import ALGORITHMS
 from dreamddp.algorithms.nosync import NoSync
 from dreamddp.checks import at_least
@@ -33,11 +32,13 @@ from dreamddp.comm.links import build_link
 from dreamddp.data import DATASETS, build_data
 from dreamddp.engine.divergence import divergence
 from dreamddp.engine.engine import PartialSyncEngine
-from dreamddp.engine.passthrough import DDPEngine
+from dreamddp.engine.passthrough import PassthroughEngine
+from dreamddp.engine.units import reorder_units
 from dreamddp.models import MODELS, build_model, model_units
 from dreamddp.models.tasks import compute_loss, evaluate
 from dreamddp.optim import build_lr_schedule, build_optimizer
 from dreamddp.prediction import simulate_record
+from dreamddp.record import mark_preempted
 from dreamddp.recorder import NullRecorder, recorder_for
 from dreamddp.summary import Progress
 from dreamddp.warmup import Warmup
@@ -52,19 +53,41 @@ def check(train) -> None:
 
 
 def run_worker(cfg: DictConfig, run_dir: str) -> None:
-    ctx = dist_env.init_distributed(cfg)
-    recorder = recorder_for(ctx.rank, cfg, run_dir)
+    """One worker's run, and how it ends when something goes wrong.
+
+    A restarted worker (torchrun restart, requeued SLURM job) continues from the
+    newest checkpoint of its run directory.  An exception is put on file with this
+    rank first (dreamddp.failures), then the group is torn down without a barrier,
+    since the peers are mid-collective or gone.  A checkpoint-and-stop request
+    (dreamddp.preempt) ends the run "preempted".  DREAMDDP_FAULT arms test faults.
+    """
+    rank, recorder, clean = dist_env.worker_env().rank, NullRecorder(), False
     try:
+        if cfg.train.resume or checkpoint.auto_resume(cfg, run_dir):  # the exact step, for the record too
+            cfg.train.resume = str(checkpoint.find(cfg.train.resume or run_dir))
+        ctx = dist_env.init_distributed(cfg)
+        recorder = recorder_for(ctx.rank, cfg, run_dir)
+        preempt.install(cfg.cluster.preemptible, run_dir, ctx.rank, cfg.cluster.timeout_s)
         run = Run(cfg, ctx, run_dir, recorder)
         run.build()
+        faults.arm_forward(run.model, ctx.rank)
         run.set_up()
+        faults.arm_iteration(run.model, ctx.rank, run.start)
         run.loop()
         run.finish()
+        clean = True
+    except preempt.Preempted as stop:
+        recorder.fail(str(stop))  # closes W&B; the record then says "preempted", not "failed"
+        if recorder.active:
+            mark_preempted(run_dir, str(stop))
+            preempt.consume(run_dir)
+        clean = True
     except BaseException as e:
-        recorder.fail(f"{type(e).__name__}: {e}")
+        failures.report(run_dir, rank, e)
+        recorder.fail(f"rank {rank}: {failures.one_line(e)}")
         raise
     finally:
-        dist_env.shutdown()
+        dist_env.shutdown(clean)
 
 
 class Run:
@@ -86,7 +109,6 @@ class Run:
             mc.name, mc.size, num_classes=None if lm else num_classes,
             vocab_size=mc.vocab_size if lm else None, block_size=dc.block_size if lm else None,
         ).to(ctx.device)
-        self.units = model_units(self.model)
         vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
         self.data = build_data(
             dc.name, task=self.task, rank=ctx.rank, world_size=ctx.world_size, seed=cfg.seed,
@@ -95,6 +117,14 @@ class Run:
             num_classes=num_classes,
         )
         self.to_dev = _mover(ctx.device)
+        # Units in the order their gradients become ready, measured on a held-out batch;
+        # every rank adopts rank 0's order, so plans and schedules agree.
+        sample = self.to_dev(self.data.eval[0])
+        self.units = model_units(self.model, lambda: compute_loss(self.task, self.model, sample))
+        if ctx.world_size > 1:
+            names = [[u.name for u in self.units]]
+            dist.broadcast_object_list(names, src=0)
+            self.units = reorder_units(self.units, names[0])
         self.link = build_link(cfg.bandwidth)
         self.comm = Communicator(link=self.link)
         if self.algo_cls.uses_engine:
@@ -102,11 +132,10 @@ class Run:
                                             sample_every=max(1, cfg.algo.H))
             self.comm.broadcast(self.engine.flat.params, src=0)  # identical start, as DDP does
             self.train_model = self.model
-        else:
-            ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
-            self.train_model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
-            self.engine = DDPEngine(self.train_model, self.units)
-        self.optimizer = build_optimizer(tc, self.model.parameters())
+        else:  # the model syncs itself (torch DDP), or not at all
+            self.train_model = self.algo_cls.wrap_model(self.model, ctx)
+            self.engine = PassthroughEngine(self.train_model, self.units, self.algo_cls.bytes_per_iteration(self.units))
+        self.optimizer = build_optimizer(tc, self.model.parameters(), self.algo_cls.optimizer_name(cfg.algo, tc))
         self.lr_schedule = build_lr_schedule(tc, self.optimizer)
 
     # ---- 2. set up: warm-up passes, or a checkpoint ---------------------------------
@@ -138,6 +167,7 @@ class Run:
         for key, value in setup.items():
             rec.set(key, value)
         rec.set("link", self.link.describe())
+        rec.set("optimizer", type(self.optimizer).__name__)
         rec.set("algorithm", self.algorithm.describe())
         rec.set("units", [{"name": u.name, "numel": u.numel} for u in self.units])
         rec.set("world_size", self.ctx.world_size)
@@ -152,11 +182,11 @@ class Run:
         for t in range(self.start, tc.iterations):
             batch = self.to_dev(next(self.data.train))
             engine.begin_iteration(t)
-            t0 = time.perf_counter()
+            t0 = engine.clock()
             loss = compute_loss(self.task, self.train_model, batch)
-            t1 = time.perf_counter()
+            t1 = engine.clock()
             loss.backward()
-            t2 = time.perf_counter()
+            t2 = engine.clock()
             engine.end_backward()
             engine.step(self.optimizer, tc.grad_clip)
             self.lr_schedule.step()
@@ -172,6 +202,7 @@ class Run:
             progress.update(row)
 
             last = t + 1 == tc.iterations
+            stop = not last and preempt.requested()  # a checkpoint-and-stop request, agreed by all ranks
             if tc.divergence_every and self.algo_cls.uses_engine and ((t + 1) % tc.divergence_every == 0 or last):
                 rec.divergence(t, divergence(engine.flat))
             if (tc.eval_every and (t + 1) % tc.eval_every == 0) or last:
@@ -179,13 +210,15 @@ class Run:
                 metrics = self._evaluate_replicas()
                 rec.evaluation(t, metrics)
                 progress.note(metrics)
-            if tc.checkpoint_every and ((t + 1) % tc.checkpoint_every == 0 or last):
+            if (tc.checkpoint_every and ((t + 1) % tc.checkpoint_every == 0 or last)) or stop:
                 engine.flush()
                 setup = {"link": self.link.setup_state(), "algorithm": self.setup}
                 state = checkpoint.capture(self.model, self.optimizer, self.lr_schedule, self.algorithm,
                                            self.data.train, setup)
                 saved = checkpoint.save(self.run_dir, t + 1, self.ctx.rank, state, run_meta, tc.checkpoint_keep)
                 rec.checkpoint({"iteration": t, "step": t + 1, "dir": os.path.relpath(saved, self.run_dir)})
+                if stop:
+                    raise preempt.Preempted(t + 1)
         engine.close()
         progress.close()
 
@@ -200,14 +233,18 @@ class Run:
     def _predict(self, profile) -> dict:
         """The simulator's mean iteration time and exposed wait for this run's algorithm and plan."""
         link = self.link.model()
+        plan = self.algorithm.describe()
         res = simulate_record(profile, OmegaConf.to_container(self.cfg, resolve=True), world=self.ctx.world_size,
-                              link=link, groups=getattr(self.algorithm, "groups", None))
+                              link=link, groups=plan.get("groups"), runs=plan.get("runs"))
         return {"mean_iteration_time": res.mean_iter, "mean_wait": res.mean_wait,
                 "link": "modelled" if link else "measured"}
 
     def _evaluate_replicas(self) -> dict:
-        """Every replica evaluates itself on the same held-out batches; report the mean over replicas."""
-        metrics = evaluate(self.task, self.model, [self.to_dev(b) for b in self.data.eval])
+        """Every replica evaluates on the same held-out batches (the parameters its algorithm
+        says evaluation sees: the replica, or Streaming DiLoCo's global model); the mean over
+        replicas is reported."""
+        with self.algorithm.evaluation(self.engine):
+            metrics = evaluate(self.task, self.model, [self.to_dev(b) for b in self.data.eval])
         keys = sorted(metrics)
         vec = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64)
         if self.ctx.world_size > 1:

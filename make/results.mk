@@ -14,7 +14,12 @@ SWEEP_WANDB ?= disabled
 RESULTS ?= results
 RUNS ?= $(RESULTS)/runs
 
-.PHONY: figures paper-cpu results-wandb scheduler-reference
+.PHONY: figures paper-cpu results-wandb scheduler-reference bench
+
+BENCH_ARGS ?=
+
+bench: venv ## every algorithm side by side, interleaved and repeated, 4 CPU workers -> results/bench/README.md (~35 min)
+	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/bench.py $(BENCH_ARGS)
 
 figures: venv ## tables + figures under results/ from the committed run records (results/runs)
 	$(PY) -m dreamddp.results figures --runs $(RUNS) --out $(RESULTS)

@@ -1,5 +1,4 @@
-"""What the benchmark runners share: one training job as a subprocess, the
-simulator's prediction for each recorded run, and tables.
+"""What the benchmark runners share: one training job as a subprocess, and tables.
 
 Each benchmark runs ``python -m dreamddp.cli`` jobs back to back on the same
 machine and compares their run records; keeping the launch and the table
@@ -39,16 +38,6 @@ def run_training(run_dir: str, overrides: list[str], label: str = "") -> dict:
         rec = json.load(f)
     rec.update(_dir=run_dir, _wall=time.perf_counter() - t0, _peak_rss=usage.ru_maxrss * 1024)  # Linux: KiB
     return rec
-
-
-def simulate_records(profile, records: dict, world: int, gbps: float) -> dict:
-    """The simulator's result for each run record (label -> SimResult), on ``profile``
-    at ``gbps``, with the algorithm settings and unit groups each run recorded."""
-    from dreamddp.prediction import record_link, simulate_record
-
-    return {label: simulate_record(profile, rec["config"], world=world, link=record_link(rec["config"], gbps),
-                                   groups=rec["extra"]["algorithm"].get("groups"))
-            for label, rec in records.items()}
 
 
 def write_tables(out_dir: str, stem: str, header: str, rows: list[dict]) -> None:

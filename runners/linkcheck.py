@@ -66,7 +66,7 @@ def worker(a: argparse.Namespace) -> None:
         from dreamddp.comm.communicator import Communicator
         from dreamddp.comm.links.emulated import EmulatedLink
 
-        comm = Communicator(group=None, link=EmulatedLink(a.rates[0], a.latency_ms, a.calibration))
+        comm = Communicator(group=None, link=EmulatedLink(a.rates[0], a.latency_ms, a.calibration, alpha_s=0.0))
         reduce = lambda t: comm.all_reduce_avg(t).wait()  # noqa: E731
     else:
         reduce = dist.all_reduce

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,3 +26,16 @@ def train_completed(run_dir: Path, args: list[str], timeout: float = 300) -> dic
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "completed", record["error"]
     return record
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes (other than this one) whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found

@@ -19,9 +19,14 @@ def algo_cfg(name: str, **kw):
     return ALGORITHMS[name].Config(name=name, **{"H": 2, **kw})
 
 
-def build(name: str, sched: dict | None = None, **kw):
-    """``build_algorithm`` on ``algo_cfg(name, **kw)``; ``sched`` is a schedule set-up (dreamddp)."""
-    setup = None if sched is None else {"schedule": {"H": kw.get("H", 2), "schedule": sched}}
+def build(name: str, sched: dict | None = None, collectives: list | None = None, **kw):
+    """``build_algorithm`` on ``algo_cfg(name, **kw)``; ``sched`` (and its ``collectives``)
+    is a schedule set-up (dreamddp)."""
+    setup = None
+    if sched is not None:
+        setup = {"schedule": {"H": kw.get("H", 2), "schedule": sched}}
+        if collectives is not None:
+            setup["schedule"]["collectives"] = collectives
     return build_algorithm(algo_cfg(name, **kw), setup)
 
 

@@ -104,13 +104,18 @@ def _partial_sync_consistency(rank, world, name, kw):
 
 
 @pytest.mark.parametrize(
-    "name, kw",
+    "name, kw, extra_syncs",
     [
-        ("plsgd_enp", {"H": 3}),
-        ("dreamddp", {"H": 2, "sched": {"4": [0, 1], "3": [0], "2": [1], "0": [1]}}),
+        ("plsgd_enp", {"H": 3}, {}),
+        ("dreamddp", {"H": 2, "sched": {"4": [0, 1], "3": [0], "2": [1], "0": [1]}}, {0: 2}),
+        # A general schedule: iteration 0 syncs units 0, 1 and 3 (not contiguous) as two
+        # collectives, the run 0-1 in one; iteration 1 syncs unit 2.
+        ("dreamddp", {"H": 2, "sched": {"4": [0], "3": [0], "2": [1], "0": [0]},
+                      "collectives": [[("4", "3"), ("0", "0")], [("2", "2")]]}, {}),
     ],
+    ids=["plsgd_enp", "dreamddp", "dreamddp-general"],
 )
-def test_partial_sync_units_bitwise_equal_after_sync_and_each_once_per_window(name, kw):
+def test_partial_sync_units_bitwise_equal_after_sync_and_each_once_per_window(name, kw, extra_syncs):
     results = run_workers(_partial_sync_consistency, 2, name, kw)
     snapshots, finals = zip(*results)
     H = kw["H"]
@@ -124,5 +129,5 @@ def test_partial_sync_units_bitwise_equal_after_sync_and_each_once_per_window(na
         for counts in per_window.values():
             assert sorted(counts) == [0, 1, 2, 3]  # every unit synced in every window
             extra = {u: c for u, c in counts.items() if c != 1}
-            assert extra == ({0: 2} if name == "dreamddp" else {})
+            assert extra == extra_syncs
     assert not torch.equal(finals[0], finals[1])  # the local step after the average: replicas differ

@@ -9,30 +9,17 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from cli_util import dreamddp_run
+from cli_util import dreamddp_run, processes_mentioning
 from dreamddp import launch
 from dreamddp.cli import check_group_options, worker_argv
 from dreamddp.config import conf_dir
 
 def _run(args, cwd, timeout=120):
     return dreamddp_run(args, cwd, timeout)
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 def test_help_lists_groups(tmp_path):
@@ -78,7 +65,7 @@ def test_bad_input_is_one_line_and_starts_nothing(tmp_path, compose_cfg, args, l
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(line), out.stderr
     assert not run_dir.exists()  # no run directory, so no run.json
-    assert _processes_mentioning(str(run_dir)) == []
+    assert processes_mentioning(str(run_dir)) == []
 
 
 def _gpt2_unit_names() -> list[str]:
@@ -94,7 +81,7 @@ SCHEDULE_FILES = [  # (file text from the tiny GPT-2's unit names, expected line
     (lambda units: "{not json", "not a schedule file"),
     (lambda units: json.dumps({"H": 2, "schedule": {**{u: 0 for u in units}, "transformer.nope": 1}}),
      "unknown unit 'transformer.nope'"),
-    (lambda units: json.dumps({"H": 2, "schedule": {u: 0 for u in units[1:]}}), f"missing from the schedule"),
+    (lambda units: json.dumps({"H": 2, "schedule": {u: 0 for u in units[1:]}}), "missing from the schedule"),
     (lambda units: json.dumps({"H": 2, "schedule": {**{u: 0 for u in units}, units[0]: [1, 2]}}),
      "assigned to iteration 2, outside [0, 2)"),
     (lambda units: json.dumps({"H": 3, "schedule": {u: 0 for u in units}}), "the schedule's H=3 is not algo.H=2"),
@@ -121,7 +108,7 @@ def test_bad_schedule_file_starts_nothing(tmp_path):
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: algo.schedule={path}: unknown unit"), out.stderr
-    assert not run_dir.exists() and _processes_mentioning(str(run_dir)) == []
+    assert not run_dir.exists() and processes_mentioning(str(run_dir)) == []
 
 
 def test_group_option_check_covers_sweeps(capsys):
@@ -143,9 +130,10 @@ def test_worker_argv_repeats_the_job(compose_cfg):
 def test_torchrun_command(compose_cfg):
     cfg = compose_cfg(["cluster.nproc=3"])
     cmd = launch.torchrun_command(cfg, "/tmp/a b", ["algo=ssgd"], 12345)
-    assert cmd[1:3] == ["-m", "torch.distributed.run"]
+    assert cmd[1:3] == ["-m", "dreamddp.failures"]  # torchrun, plus a file of how each rank ended
     assert cmd[cmd.index("--nproc-per-node") + 1] == "3"
-    assert cmd[cmd.index("--master-port") + 1] == "12345"
+    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "127.0.0.1:12345"
+    assert cmd[cmd.index("--max-restarts") + 1] == "0"
     assert cmd[-4:] == ["-m", "dreamddp.cli", "algo=ssgd", "hydra.run.dir='/tmp/a b'"]
     env = launch.worker_environment(cfg, {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"})
     assert env["OMP_NUM_THREADS"] == "1" and env["HF_HUB_OFFLINE"] == "1" and env["WANDB_MODE"] == "offline"
@@ -189,9 +177,9 @@ def test_supervise_forwards_sigterm_and_kills_stragglers(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     deadline = time.monotonic() + 10  # a killed process can linger a moment as a zombie on a loaded box
-    while _processes_mentioning(marker) and time.monotonic() < deadline:
+    while processes_mentioning(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_mentioning(marker) == []
+    assert processes_mentioning(marker) == []
 
 
 def _train_ready() -> str | None:
@@ -215,7 +203,7 @@ def test_end_to_end_two_workers(tmp_path):
     assert record["config"]["algo"]["name"] == "ssgd"
     assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / "dreamddp.log").is_file()
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".")) == [".hydra"]
-    assert _processes_mentioning(str(run_dir)) == []
+    assert processes_mentioning(str(run_dir)) == []
 
 
 def test_worker_identity_from_launcher_env():

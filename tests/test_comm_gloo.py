@@ -155,7 +155,7 @@ def _within(wall: float, modelled: float) -> None:
 
 
 def _timing(rank: int, world: int) -> None:
-    comm = Communicator(link=EmulatedLink(gbps=GBPS))
+    comm = Communicator(link=EmulatedLink(gbps=GBPS, alpha_s=0.0))
     a, b = torch.ones(NBYTES // 4), torch.ones(NBYTES // 4)
 
     # A lone collective takes the modelled time, launch to wait() return.

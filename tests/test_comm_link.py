@@ -69,7 +69,7 @@ def test_collective_time_errors(args, field):
 
 
 def test_emulated_link_is_fifo():
-    link = EmulatedLink(gbps=8.0)
+    link = EmulatedLink(gbps=8.0, alpha_s=0.0)
     assert link.reserve("all_reduce", MB, 2, now=10.0) == pytest.approx((10.0, 10.001))
     # Launched while the first is on the wire: queues behind it.
     assert link.reserve("all_gather", 2 * MB, 2, now=10.0005) == pytest.approx((10.001, 10.002))
@@ -81,34 +81,47 @@ def test_emulated_link_is_fifo():
 
 
 def test_emulated_link_latency():
-    link = EmulatedLink(gbps=8.0, latency_ms=0.5)
+    link = EmulatedLink(gbps=8.0, latency_ms=0.5, alpha_s=0.0)
     assert link.reserve("all_reduce", MB, 4, now=0.0) == pytest.approx((0.0, 1.5e-3 + 6 * 5e-4))
     link.reset()
     assert link.reserve("reduce_scatter", MB, 4, now=0.0) == pytest.approx((0.0, 0.75e-3 + 3 * 5e-4))
     assert link.describe() == {
-        "backend": "emulated", "paced": True, "gbps": 8.0, "latency_ms": 0.5, "calibration": 1.0
+        "backend": "emulated", "paced": True, "alpha_ms": 0.0, "gbps": 8.0, "latency_ms": 0.5, "calibration": 1.0
     }
 
 
-def test_emulated_link_rate_from_a_comm_backward_ratio():
-    """comm_ratio: no rate (and no pacing) until calibration measures the backward pass."""
+def test_emulated_link_rate_from_a_comm_backward_ratio_and_measured_alpha():
+    """No pacing until calibration measured alpha (and, with comm_ratio, the backward pass)."""
     link = EmulatedLink(None, comm_ratio=7.0)
     assert link.needs_calibration
-    with pytest.raises(RuntimeError, match="no rate yet"):
+    with pytest.raises(RuntimeError, match="not calibrated yet"):
         link.reserve("all_reduce", MB, 2, now=0.0)
-    warm = SimpleNamespace(backward_time=lambda: 0.5, model_bytes=4 * MB, world=4)
+    warm = SimpleNamespace(backward_time=lambda: 0.5, model_bytes=4 * MB, world=4, collective_alpha=lambda: 0.25)
     info = link.calibrate(warm)
     # all-reduce of 4 MB on 4 workers sends 1.5 x 4 MB = 48 Mbit; 7 x 0.5 s -> 48e6 / 3.5 bit/s
-    assert link.gbps == pytest.approx(48e6 / 3.5 / 1e9) == info["gbps"]
+    assert link.gbps == pytest.approx(48e6 / 3.5 / 1e9) == info["gbps"] and info["alpha_s"] == 0.25
     assert not link.needs_calibration
-    assert link.reserve("all_reduce", 4 * MB, 4, now=0.0)[1] == pytest.approx(3.5)
+    # every collective pays alpha on top of its bytes: 0.25 + 3.5 s
+    assert link.reserve("all_reduce", 4 * MB, 4, now=0.0)[1] == pytest.approx(3.75)
+    assert link.describe()["alpha_ms"] == 250.0
     fresh = EmulatedLink(None, comm_ratio=7.0)
     fresh.load_setup_state(link.setup_state())  # what a checkpoint keeps: no new measurement
-    assert fresh.gbps == link.gbps and not fresh.needs_calibration
+    assert (fresh.gbps, fresh.alpha_s) == (link.gbps, 0.25) and not fresh.needs_calibration
+    fixed = EmulatedLink(8.0)  # a fixed rate still measures its alpha
+    assert fixed.needs_calibration and fixed.calibrate(warm) == {"alpha_s": 0.25}
+
+
+def test_alpha_is_charged_once_per_collective():
+    from dreamddp.comm.cost import LinkModel
+
+    m = LinkModel(8.0, alpha_s=1e-3)
+    # two 1 MB all-reduces on 2 workers pay alpha twice, one 2 MB all-reduce once
+    assert 2 * m.seconds("all_reduce", MB, 2) == pytest.approx(m.seconds("all_reduce", 2 * MB, 2) + 1e-3)
+    assert m.seconds("all_reduce", MB, 1) == 0.0
 
 
 def test_emulated_link_is_thread_safe():
-    link = EmulatedLink(gbps=8.0)
+    link = EmulatedLink(gbps=8.0, alpha_s=0.0)
     spans = []
     lock = threading.Lock()
 
@@ -135,7 +148,7 @@ def test_ideal_link():
     link = IdealLink()
     assert link.reserve("all_reduce", 10 * MB, 8, now=3.5) == (3.5, 3.5)
     assert link.reserve("all_reduce", 10 * MB, 8, now=3.5) == (3.5, 3.5)
-    assert link.describe() == {"backend": "ideal", "paced": False}
+    assert link.describe() == {"backend": "ideal", "paced": False, "alpha_ms": None}
 
 
 def bw(backend, gbps=None, **kw):
@@ -152,7 +165,7 @@ def test_build_link():
     assert emu.model().seconds("all_reduce", MB, 2) == collective_time("all_reduce", MB, 2, 1.0, 2e-3, 1.1)
     tc = build_link(bw("tc", 0.5))
     assert isinstance(tc, TcLink) and not tc.paced and tc.reserve("all_reduce", MB, 2, 1.0) == (1.0, 1.0)
-    assert tc.describe() == {"backend": "tc", "paced": False, "gbps": 0.5, "latency_ms": 0.0}
+    assert tc.describe() == {"backend": "tc", "paced": False, "alpha_ms": None, "gbps": 0.5, "latency_ms": 0.0}
     assert build_link(bw("ideal")).model() is None  # the simulator then uses measured times
 
 
@@ -249,7 +262,7 @@ def test_fake_errors():
 
 
 def test_fake_paced_by_link_and_wait_is_idempotent():
-    comm = FakeCommunicator(world_size=2, link=EmulatedLink(gbps=0.08))
+    comm = FakeCommunicator(world_size=2, link=EmulatedLink(gbps=0.08, alpha_s=0.0))
     x = torch.zeros(MB // 4)  # 1 MB -> 0.1 s on 2 workers at 0.08 Gbit/s
     t0 = time.perf_counter()
     h1 = comm.all_reduce_avg(x, tag="a")

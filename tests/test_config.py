@@ -156,7 +156,7 @@ BAD = [
     (["cluster.threads_per_worker=0"], "cluster.threads_per_worker=0: must be >= 1"),
     (["cluster.master_port=70000"], "cluster.master_port=70000"),
     (["cluster.device=tpu"], "cluster.device=tpu: unknown value"),
-    (["model.size=huge"], "model.size=huge: unknown size for gpt2; choose from tiny, paper"),
+    (["model.size=huge"], "model.size=huge: unknown size for gpt2; choose from tiny, small, paper"),
     (["model.name=vgg"], "model.name=vgg: unknown model"),
     (["algo.name=nope"], "algo.name=nope: unknown algorithm"),
     (["algo.H=0"], "algo.H=0: must be >= 1"),

@@ -179,3 +179,21 @@ def test_simulator_streaming_diloco():
     # fragment 0 = {a, c} (6 s) syncs at even t, fragment 1 = {b} (1 s) at odd t.
     two = simulate("streaming_diloco", p, H=2, fragments=2, tau=0)
     assert two.per_iter == [pytest.approx((6.75 + 6.0, 6.0)), pytest.approx((6.75 + 1.0, 1.0))]
+
+
+def test_evaluation_sees_the_global_model_and_the_inner_optimizer_follows_the_recipe():
+    from types import SimpleNamespace
+
+    from dreamddp.algorithms import ALGORITHMS
+
+    comm = FakeCommunicator(2, 0, lambda kind, tag, t: [t, torch.zeros_like(t)])
+    _, engine, _ = train(comm, steps=5, H=2, alpha=0.5, tau=1)
+    algo, replica = engine.algorithm, engine.flat.params.clone()
+    assert not torch.equal(replica, algo.anchor)  # replicas moved on since the last merge
+    with algo.evaluation(engine):
+        assert torch.equal(engine.flat.params, algo.anchor)
+    assert torch.equal(engine.flat.params, replica)  # the replica is back, bitwise
+    cls = ALGORITHMS["streaming_diloco"]
+    assert cls.optimizer_name(cfg(), SimpleNamespace(optimizer="adam")) == "adamw"  # the LM recipes
+    assert cls.optimizer_name(cfg(), SimpleNamespace(optimizer="sgd")) == "sgd"  # the ResNets'
+    assert cls.optimizer_name(cfg(inner_adamw=False), SimpleNamespace(optimizer="adam")) == "adam"

@@ -153,3 +153,35 @@ def test_no_algorithm_copies_the_model():
             assert any(base <= c.data_ptr and c.data_ptr + c.nbytes <= base + n for base, n in bufs), (name, c.tag)
         assert engine.flat.grads_attached()
         assert all(p.data_ptr() >= engine.flat.params.data_ptr() for p in model.parameters())
+
+
+def test_dreamddp_general_schedule_one_collective_per_run():
+    sched = {"4": [0], "3": [0], "2": [1], "0": [0]}
+    runs = [[("4", "3"), ("0", "0")], [("2", "2")]]
+    model, engine, comm, opt = make("dreamddp", H=2, sched=sched, collectives=runs)
+    assert engine.algorithm.runs == [[(0, 1), (3, 3)], [(2, 2)]]
+    assert engine.algorithm.describe()["runs"] == [[[0, 1], [3, 3]], [[2, 2]]]
+    engine.begin_iteration(0)
+    loss_of(model, batch(0, 0)).backward()
+    assert [c.tag for c in comm.calls] == ["param:0-1", "param:0"]  # launched inside backward, in place
+    assert comm.calls[0].data_ptr == engine.flat.param_slice(0, 1).data_ptr()
+    engine.end_backward()
+    engine.step(opt)
+    engine.after_step()
+    run_iteration(model, engine, opt, 1)
+    assert [c.tag for c in comm.calls][2:] == ["param:2"]
+
+
+@pytest.mark.parametrize(
+    "runs, message",
+    [
+        ([[("4", "4"), ("0", "0")], [("2", "2")]], "iteration 0's collectives do not cover exactly its units once"),
+        ([[("4", "3"), ("3", "3"), ("0", "0")], [("2", "2")]], "do not cover exactly its units once"),
+        ([[("3", "4"), ("0", "0")], [("2", "2")]], "runs against backward order"),
+        ([[("4", "nope"), ("0", "0")], [("2", "2")]], "names 'nope', not a unit"),
+    ],
+)
+def test_dreamddp_general_schedule_validation(runs, message):
+    sched = {"4": [0], "3": [0], "2": [1], "0": [0]}
+    with pytest.raises(ScheduleError, match=message):
+        make("dreamddp", H=2, sched=sched, collectives=runs)

@@ -18,7 +18,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "dreamddp"
 
 LAYERS = [
-    {"checks", "atomic", "lazy", "registry", "supervise", "_compat", "netshape", "dist_env"},
+    {"checks", "atomic", "lazy", "registry", "supervise", "_compat", "netshape", "dist_env", "clock",
+     "failures", "faults", "preempt"},
     {"comm"},
     {"engine"},
     {"schedule"},

@@ -62,18 +62,18 @@ def profile_keys(pattern: str) -> list[list[str]]:
 
 
 def test_registry_contents():
-    assert SIZES == ("tiny", "paper")
+    assert SIZES == ("tiny", "small", "paper")
     assert {n: (s.task, s.default_data) for n, s in MODELS.items()} == {
         "resnet18": ("image", "fashion_mnist"), "resnet50": ("image", "fashion_mnist"),
         "gpt2": ("lm", "shakespeare"), "llama2": ("lm", "shakespeare")}
     assert all(s.name == n and set(s.sizes) == set(SIZES) for n, s in MODELS.items())
     assert [max_positions(n, s) for n in MODELS for s in SIZES] == [
-        None, None, None, None, 128, 1024, 128, 1024]
+        None, None, None, None, None, None, 128, 128, 1024, 128, 128, 764]
 
 
 @pytest.mark.parametrize("name, size, kw, message", [
     ("vgg", "tiny", {}, "model.name=vgg: unknown model; choose from resnet18, resnet50, gpt2, llama2"),
-    ("resnet18", "huge", {}, "model.size=huge: unknown size for resnet18; choose from tiny, paper"),
+    ("resnet18", "huge", {}, "model.size=huge: unknown size for resnet18; choose from tiny, small, paper"),
     ("gpt2", "tiny", {"block_size": 129}, "data.block_size=129: exceeds the 128 positions of gpt2"),
     ("llama2", "tiny", {"block_size": 0}, "data.block_size=0: must be a positive integer"),
     ("resnet18", "tiny", {"block_size": 32}, "data.block_size=32: not used by resnet18"),
@@ -156,9 +156,9 @@ def test_parameter_counts_of_paper_presets():
     assert sum(p.numel() for p in gpt2.parameters()) == 124_439_808
     assert sum(p.numel() for p in paper_model("resnet18").parameters()) == 11_173_962
     # Llama: embeddings + untied head, per layer 4 attention + 3 MLP matrices + 2 norms.
-    v, h, i, layers = 32000, 512, 1376, 8
+    v, h, i, layers = 32000, 512, 11008, 8  # the authors' cut-down Llama-2: 176.4M
     expected = 2 * v * h + layers * (4 * h * h + 3 * h * i + 2 * h) + h
-    assert sum(p.numel() for p in paper_model("llama2").parameters()) == expected == 58_073_600
+    assert sum(p.numel() for p in paper_model("llama2").parameters()) == expected == 176_431_616
 
 
 def _torchvision_cifar(name: str, num_classes: int) -> nn.Module:
@@ -296,3 +296,26 @@ def test_task_input_errors():
         evaluate("lm", model, [])
     with pytest.raises(ValueError, match=re.escape("image batch: expected (inputs, labels)")):
         compute_loss("image", tiny("resnet18"), torch.zeros(2, 3, 32, 32))
+
+
+def _byte_shares(name: str, size: str) -> dict[str, float]:
+    with torch.device("meta"):
+        units = model_units(build_model(name, size))
+    total = sum(u.numel for u in units)
+    return {u.name: u.numel / total for u in units}
+
+
+@pytest.mark.parametrize("name, embedding", [("gpt2", ("transformer.wte", "transformer.wpe")),
+                                             ("llama2", ("model.embed_tokens", "lm_head"))])
+def test_small_lm_keeps_the_paper_models_share_of_bytes_in_embeddings(name, embedding):
+    small, paper = _byte_shares(name, "small"), _byte_shares(name, "paper")
+    share = lambda s: sum(s[u] for u in embedding)  # noqa: E731
+    assert abs(share(small) - share(paper)) < 0.01, (share(small), share(paper))  # GPT-2 31%, Llama-2 19%
+    assert len(small) == len(paper)  # same layers
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+def test_small_resnet_keeps_every_layers_share_of_bytes(name):
+    small, paper = _byte_shares(name, "small"), _byte_shares(name, "paper")
+    assert list(small) == list(paper)
+    assert max(abs(small[u] - paper[u]) for u in paper) < 0.01  # within 1 point per layer

@@ -104,7 +104,7 @@ def _slow_link(rank, world):
             for unit in engine.units:  # registered after the engine's own pre-hooks, so they run after them
                 model.get_submodule(unit.name).register_forward_pre_hook(check(unit.index))
 
-        link = EmulatedLink(gbps=0.0005, latency_ms=5.0)  # ~30-70 ms per unit average
+        link = EmulatedLink(gbps=0.0005, latency_ms=5.0, alpha_s=0.0)  # ~30-70 ms per unit average
         final, _, waits = train(Communicator(link=link), overlap, rank, steps=5, on_engine=instrument)
         out[overlap] = (final, events, sum(waits))
     return out

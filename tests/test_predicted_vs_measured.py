@@ -10,12 +10,15 @@ import json
 import subprocess
 import sys
 
+import pytest
 
-def test_dreamddp_run_records_prediction_close_to_measurement(tmp_path):
+
+@pytest.mark.parametrize("scheduler", ["dreamddp", "general"])
+def test_dreamddp_run_records_prediction_close_to_measurement(tmp_path, scheduler):
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "dreamddp.cli", "algo=dreamddp", "model=gpt2", "bandwidth=ratio7",
-           "algo.H=5", "warmup.profile_iterations=5", "train.iterations=15", "train.eval_every=0",
-           "train.progress=false", f"hydra.run.dir={run_dir}"]
+    cmd = [sys.executable, "-m", "dreamddp.cli", "algo=dreamddp", f"algo.scheduler={scheduler}", "model=gpt2",
+           "bandwidth=ratio7", "algo.H=5", "warmup.profile_iterations=5", "train.iterations=15",
+           "train.eval_every=0", "train.progress=false", f"hydra.run.dir={run_dir}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rec = json.loads((run_dir / "run.json").read_text())
@@ -28,3 +31,8 @@ def test_dreamddp_run_records_prediction_close_to_measurement(tmp_path):
     assert len(groups) == 5 and all(groups)  # at least one unit per iteration
     n_units = len(rec["extra"]["units"])
     assert sorted({u for g in groups for u in g}) == list(range(n_units))
+    assert rec["extra"]["link"]["alpha_ms"] > 0  # the one-collective cost, measured at start-up
+    assert rec["extra"]["schedule"]["source"] == f"profiled ({scheduler})"
+    if scheduler == "general":  # every unit exactly once per window, as the collectives say
+        runs = rec["extra"]["algorithm"].get("runs") or [[[u, u] for u in g] for g in groups]
+        assert sorted(u for its in runs for a, b in its for u in range(a, b + 1)) == list(range(n_units))

@@ -145,3 +145,104 @@ def test_wandb_offline_run_lands_in_run_dir(tmp_path):
     result = json.loads(out.stdout.splitlines()[-1])
     assert result["info"] == ["exp", "ssgd", "2024_ssgd_gpt2"], out.stderr
     assert list((run_dir / "wandb").glob("offline-run-*"))
+
+
+def test_mark_failed_names_the_first_failure_over_rank0s_view(tmp_path, cfg):
+    RunRecord(str(tmp_path), cfg).fail("rank 0: RuntimeError: Connection reset by peer")
+    assert not mark_failed(str(tmp_path), cfg, "late")  # without a root cause, rank 0's word stands
+    failure = {"rank": 1, "reason": "killed by SIGKILL", "kind": "signal"}
+    assert mark_failed(str(tmp_path), cfg, "rank 1: killed by SIGKILL", failure)
+    data = load_record(tmp_path)
+    assert data["status"] == "failed" and data["error"] == "rank 1: killed by SIGKILL"
+    assert data["extra"]["failure"]["rank0_error"] == "rank 0: RuntimeError: Connection reset by peer"
+    mark_failed(str(tmp_path / "new"), cfg, "rank 0: killed by SIGKILL", {**failure, "rank": 0})
+    assert load_record(tmp_path / "new")["extra"]["failure"]["rank"] == 0
+
+
+def test_preempted_is_not_failed(tmp_path, cfg):
+    from dreamddp.record import mark_preempted
+
+    RunRecord(str(tmp_path), cfg)
+    mark_preempted(str(tmp_path), "preempted: checkpoint saved at step 4")
+    assert not mark_failed(str(tmp_path), cfg, "workers exited with status 0")
+    assert load_record(tmp_path)["status"] == "preempted"
+
+
+def test_continuing_from_a_checkpoint_of_the_same_run_keeps_the_rows_before_it(tmp_path, cfg):
+    first = RunRecord(str(tmp_path), cfg, flush_seconds=1e9)
+    for i in range(5):
+        first.add_iteration({"iteration": i, "loss": 1.0})
+    first.add_eval({"iteration": 3, "loss": 0.5})
+    first.add_checkpoint({"iteration": 2, "step": 3, "dir": "checkpoints/step-0000003"})
+    first.fail("rank 1: killed by SIGKILL")
+    ckpt = tmp_path / "checkpoints" / "step-0000003"
+    ckpt.mkdir(parents=True)
+    (ckpt / "meta.json").write_text(json.dumps({"step": 3, "run": {}}))
+    again = RunRecord(str(tmp_path), OmegaConf.merge(cfg, {"train": {"resume": str(ckpt)}}))
+    data = load_record(tmp_path)
+    assert [r["iteration"] for r in data["iterations"]] == [0, 1, 2] and data["evals"] == []
+    assert data["start_time"] == first.data["start_time"] and data["status"] == "running"
+    assert data["extra"]["restarts"][0]["previous_error"] == "rank 1: killed by SIGKILL"
+    assert again.data["extra"]["checkpoints"][0]["step"] == 3
+    other = RunRecord(str(tmp_path / "elsewhere"), OmegaConf.merge(cfg, {"train": {"resume": str(ckpt)}}))
+    assert other.data["iterations"] == [] and "restarts" not in other.data["extra"]  # another run: fresh record
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_wandb_online_without_network_runs_offline_with_one_warning(tmp_path):
+    """WANDB_API_KEY set, server unreachable, wandb.mode=online: the run finishes, logged offline."""
+    import subprocess
+
+    from cli_util import RUN
+
+    run_dir = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
+    env.update(WANDB_API_KEY="0123456789abcdef0123456789abcdef01234567",
+               WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}")
+    args = ["model=gpt2", "data=synthetic", "train.batch_size=2", "data.block_size=32", "train.iterations=3",
+            "train.progress=false", "data.eval_batches=1", "wandb.mode=online", "wandb.init_timeout_s=60",
+            f"hydra.run.dir={run_dir}"]
+    out = subprocess.run([*RUN, *args], env=env, capture_output=True, text=True, timeout=400)
+    output = out.stdout + out.stderr
+    assert out.returncode == 0, output[-3000:]
+    assert load_record(run_dir)["status"] == "completed"
+    warnings = [line for line in output.splitlines() if "wandb.mode=online: " in line]
+    assert len(warnings) == 1 and "unreachable" in warnings[0] and "logging offline" in warnings[0], output[-3000:]
+    assert list((run_dir / "wandb").glob("offline-run-*")) and not list((run_dir / "wandb").glob("run-*"))
+
+
+def test_wandb_init_that_hangs_is_bounded_by_init_timeout(tmp_path):
+    """A server that accepts connections and never answers: wandb.init gives up within the bound."""
+    import subprocess
+    import sys
+
+    script = f"""
+import json, socket, time
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(64)
+import os
+os.environ["WANDB_BASE_URL"] = "http://127.0.0.1:%d" % server.getsockname()[1]
+from omegaconf import OmegaConf
+from dreamddp.wandb_log import WandbLogger
+cfg = OmegaConf.create({{"wandb": {{"mode": "online", "project": "p", "entity": None, "group": None, "tags": [],
+                       "init_timeout_s": 15.0}}, "experiment": {{"name": "e"}}, "algo": {{"name": "ssgd"}}}})
+start = time.monotonic()
+log = WandbLogger(cfg, {str(tmp_path / "run")!r}, enabled=True)
+took = time.monotonic() - start
+log.log(0, {{"loss": 1.0}}); log.finish(0)
+print(json.dumps({{"mode": log.mode, "took": took}}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
+    env["WANDB_API_KEY"] = "0123456789abcdef0123456789abcdef01234567"
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    result = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
+    assert result["mode"] == "offline", out.stderr[-2000:]
+    assert result["took"] < 15.0 + 20.0, result  # the bound, with room for a loaded machine
+    assert sum("wandb.mode=online: " in line for line in (out.stdout + out.stderr).splitlines()) == 1
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))

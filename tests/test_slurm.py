@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,46 @@ def test_plain_sbatch_template_with_torchrun_rendezvous(cluster, tmp_path):
     assert "rendezvous " in out
     rec = json.loads((tmp_path / "run" / "run.json").read_text())
     assert rec["status"] == "completed" and rec["summary"]["workers"] == 2
+
+
+def _job_state(cluster, job: str) -> dict:
+    out = subprocess.run(["scontrol", "show", "job", job], env=cluster, capture_output=True, text=True, timeout=30)
+    return dict(item.split("=", 1) for item in out.stdout.split() if "=" in item)
+
+
+def test_preemption_signal_checkpoints_requeues_and_the_job_resumes(cluster, tmp_path):
+    """slurm/dreamddp.sbatch: SIGUSR1 to the batch shell (what --signal=B:USR1@120 sends before the time
+    limit) -> checkpoint, "preempted", scontrol requeue -> the same job runs again and resumes."""
+    run_dir = tmp_path / "run"
+    env = {**cluster, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "GPUS_PER_NODE": "2",
+           "PYTHON": sys.executable, "RUN_DIR": str(run_dir)}
+    cmd = ["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=0", "--cpus-per-task=2",
+           f"--output={tmp_path}/job.out", str(REPO / "slurm" / "dreamddp.sbatch"), "model=gpt2", "data=synthetic",
+           "train.batch_size=2", "data.block_size=32", "train.iterations=16", "train.eval_every=0",
+           "data.eval_batches=1", "train.progress=false", "bandwidth=1gbit", "bandwidth.gbps=0.05"]
+    job = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60).stdout.strip()
+    assert job.isdigit(), job
+    log = lambda: (tmp_path / "job.out").read_text()[-3000:] if (tmp_path / "job.out").exists() else ""  # noqa: E731
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # training: the set-up is on record
+        try:
+            if "units" in json.loads((run_dir / "run.json").read_text())["extra"]:
+                break
+        except (OSError, ValueError):
+            pass
+        assert _job_state(cluster, job).get("JobState") in ("PENDING", "RUNNING"), log()
+        time.sleep(0.3)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", job], env=cluster, check=True, timeout=30)
+    deadline = time.monotonic() + 400  # a requeued job may start again 20 s later (slurm/local cred_expire)
+    while _job_state(cluster, job).get("JobState") not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+        assert time.monotonic() < deadline, log()
+        time.sleep(1)
+    state = _job_state(cluster, job)
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", (state, log())
+    assert "requeueing job" in log()
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["status"] == "completed", rec["error"]
+    assert [r["iteration"] for r in rec["iterations"]] == list(range(16))  # one run across the requeue
+    (restart,) = rec["extra"]["restarts"]
+    assert restart["previous_status"] == "preempted" and rec["extra"]["resumed_from"]["step"] == restart["step"]
+    assert not (run_dir / "checkpoint-request").exists()

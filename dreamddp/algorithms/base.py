@@ -23,6 +23,7 @@ the planning library simulates algorithms without loading it.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -97,6 +98,22 @@ class Algorithm:
     def build(cls, cfg, setup: dict | None = None) -> "Algorithm":
         return cls(cfg, setup)
 
+    @classmethod
+    def optimizer_name(cls, cfg, train) -> str:
+        """The optimizer the trainer builds (``train.optimizer`` unless the method says otherwise)."""
+        return train.optimizer
+
+    # ---- algorithms that do not run on the engine (uses_engine = False) ----
+    @classmethod
+    def wrap_model(cls, model, ctx):
+        """The module the trainer runs forward/backward on (torch DDP wraps the model)."""
+        return model
+
+    @classmethod
+    def bytes_per_iteration(cls, units) -> int:
+        """What the wrapper sends per iteration, for the record (the engine counts its own)."""
+        return 0
+
     def __init__(self, cfg: Any, setup: dict | None = None):
         type(self).check(cfg)
         self.cfg = cfg
@@ -139,6 +156,11 @@ class Algorithm:
     def describe(self) -> dict:
         """What the run record should know about this algorithm's set-up."""
         return {"name": self.name}
+
+    @contextmanager
+    def evaluation(self, engine):
+        """The parameters evaluation sees while inside (default: this worker's replica)."""
+        yield
 
     def sync_iterations(self, unit: int, H: int) -> list[int]:
         """Iterations in [0, H) in which ``unit`` is synchronised (for tests and records)."""

@@ -30,7 +30,7 @@ units plus the forward of every unit before the first one still in flight.
 from __future__ import annotations
 
 from dreamddp.algorithms.dreamddp import DreamDDP
-from dreamddp.engine.plan import Payload, When, contiguous_runs, per_unit_ops
+from dreamddp.engine.plan import Payload, SyncOp, When, contiguous_runs
 from dreamddp.lazy import lazy
 
 substep = lazy("dreamddp.engine.substep")
@@ -45,7 +45,8 @@ class DreamDDPOverlap(DreamDDP):
 
     def bind(self, engine) -> None:
         super().bind(engine)
-        self._plans = [per_unit_ops(g, Payload.PARAM, When.UNIT_READY, When.BEFORE_FORWARD) for g in self.groups]
+        self._plans = [tuple(SyncOp(a, b, Payload.PARAM, When.UNIT_READY, When.BEFORE_FORWARD) for a, b in runs)
+                       for runs in self.runs]
         everyone = set(range(len(engine.units)))
         self.rest = [sorted(everyone - set(g)) for g in self.groups]
         self.rest_runs = [contiguous_runs(r) for r in self.rest]
@@ -55,9 +56,11 @@ class DreamDDPOverlap(DreamDDP):
         engine.flat.zero_grads()  # from here on the algorithm zeroes (warm-up passes left gradients)
 
     def launch(self, engine, op, tensor):
-        # Never two collectives on one buffer: finish u's previous average (and its
-        # deferred step) first.  Only hit when u skipped its forward (unused unit).
-        engine.complete_before_forward(op.last)
+        # Never two collectives on one buffer: finish the previous average of any of the
+        # op's units (and its deferred step) first.  Only hit when a unit skipped its
+        # forward (unused unit).
+        for u in op.units:
+            engine.complete_before_forward(u)
         return super().launch(engine, op, tensor)
 
     def optimizer_step(self, engine, optimizer, grad_clip: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dreamddp.algorithms.base import ALGORITHMS, Display
 from dreamddp.algorithms.partial import PartialParamSync
+from dreamddp.checks import ConfigError
 from dreamddp.schedule.partition import equal_count_groups
 
 
@@ -18,9 +19,16 @@ class PLSGDENP(PartialParamSync):
     name = "plsgd_enp"
     display = Display("PLSGD-ENP", 50, periodic=True, authors_key="pipe_seq_localsgd")
 
+    @classmethod
+    def check_model(cls, cfg, layout) -> None:
+        """Every iteration of the window needs a unit of its own."""
+        units, _ = layout()
+        if cfg.H > len(units):
+            raise ConfigError(f"algo.H={cfg.H}: must be between 1 and the model's {len(units)} units")
+
     def assignment(self, engine) -> list[list[int]]:
         return equal_count_groups(len(engine.units), self.cfg.H)
 
     @classmethod
-    def sim_groups(cls, ctx) -> list[list[int]]:
-        return equal_count_groups(ctx.n_units, ctx.H)
+    def sim_window(cls, ctx):
+        return equal_count_groups(ctx.n_units, ctx.H), None

@@ -1,9 +1,9 @@
 """Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512) on the engine.
 
 Inner loop: every iteration is a LOCAL step of the trainer's optimizer, no
-gradient traffic (the paper's inner optimizer is AdamW:
-conf/algo/streaming_diloco.yaml sets ``train.optimizer=adamw``; any other
-``train.optimizer`` is used as given).
+gradient traffic.  The inner optimizer follows the model family's recipe: the
+paper's AdamW for the language models (their recipe's Adam becomes AdamW,
+decoupled weight decay, with ``algo.inner_adamw``), the ResNets' SGD as it is.
 
 Outer loop, per fragment p (fragments.py: P groups of blocks, ``sequential`` or
 ``strided``), right after the optimizer step of iteration t with
@@ -25,6 +25,9 @@ Outer loop, per fragment p (fragments.py: P groups of blocks, ``sequential`` or
 Per iteration: launches first, then merges due at t (fragments are disjoint
 and tau < H, so a fragment never launches and merges in one step unless tau=0).
 
+Evaluation sees the global model (the anchor, what the workers agree on), not
+the local replicas.
+
 Numerics: P=1, tau=0, alpha=0, outer_lr=1, mu=0 gives ``theta <- mean(theta)``
 every H steps = flsgd.  Replicas agree on the anchor bitwise after every merge
 (identical means on every rank); between merges they differ like local SGD.
@@ -44,6 +47,7 @@ unmerged mean, so a resumed run merges them at the same steps.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm, Display
@@ -75,6 +79,9 @@ class StreamingDiLoCoConfig(AlgoConfig):
     quantize: str = "none"
     # Elements per E3M0 scale block; 0 = one scale per fragment.
     quant_block: int = 1024
+    # Inner optimizer: a recipe's adam becomes adamw (the paper's inner AdamW, for the
+    # language models); sgd recipes (ResNets) keep sgd.  false = train.optimizer as given.
+    inner_adamw: bool = True
 
 
 def sync_offsets(H: int, P: int) -> list[int]:
@@ -100,6 +107,10 @@ class StreamingDiLoCo(Algorithm):
         between("algo.outer_momentum", cfg.outer_momentum, 0, 1, open_high=True)
         choice("algo.fragment_pattern", cfg.fragment_pattern, PATTERNS)
         check_codec(cfg.quantize, cfg.quant_block)
+
+    @classmethod
+    def optimizer_name(cls, cfg, train) -> str:
+        return "adamw" if cfg.inner_adamw and train.optimizer == "adam" else train.optimizer
 
     def __init__(self, cfg, setup: dict | None = None):
         super().__init__(cfg, setup)
@@ -158,6 +169,19 @@ class StreamingDiLoCo(Algorithm):
                 anchor = self.anchor[a:b]
                 anchor.sub_(g, alpha=self.outer_lr)
                 params[a:b].mul_(self.alpha).add_(anchor.to(params.dtype), alpha=1 - self.alpha)
+
+    @contextmanager
+    def evaluation(self, engine):
+        """The global model: the anchor in place of the replica's parameters, restored after."""
+        params = engine.flat.params
+        with torch.no_grad():
+            replica = params.clone()
+            params.copy_(self.anchor)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                params.copy_(replica)
 
     def flush(self, engine) -> None:
         for _, _, handle, _ in self.inflight:  # transfers done; merges stay on schedule

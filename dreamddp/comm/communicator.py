@@ -67,9 +67,12 @@ class Handle:
         work=None,
         post: Callable[[], None] | None = None,
         on_complete: Callable[["Handle"], None] | None = None,
+        device_sync: Callable[[], None] | None = None,
     ):
         self.record = record
         self._work = work  # None: nothing real in flight (fake / trivially complete)
+        # CUDA: Work.wait() only orders streams; synchronising makes "blocked" include completion.
+        self._device_sync = device_sync
         self._post = post
         self._on_complete = on_complete
         self._lock = threading.Lock()
@@ -90,6 +93,8 @@ class Handle:
                 return 0.0
             if self._work is not None:
                 self._work.wait()
+                if self._device_sync is not None:
+                    self._device_sync()
             remaining = self.record.deadline - time.perf_counter()
             if remaining > 0:
                 time.sleep(remaining)
@@ -103,6 +108,10 @@ class Handle:
         if self._on_complete is not None:
             self._on_complete(self)
         return end - t0
+
+
+def _device_sync(t: torch.Tensor) -> Callable[[], None] | None:
+    return (lambda: torch.cuda.synchronize(t.device)) if t.is_cuda else None
 
 
 def check_flat(name: str, t: torch.Tensor) -> None:
@@ -155,7 +164,7 @@ class Communicator:
         with self._lock:
             self._pending -= 1
 
-    def _issue(self, record: CollectiveRecord, start_op: Callable[[], object], post) -> Handle:
+    def _issue(self, record: CollectiveRecord, start_op: Callable[[], object], post, t: torch.Tensor) -> Handle:
         # A launch that torch rejects must not linger as pending or accounted.
         try:
             work = start_op()
@@ -164,7 +173,7 @@ class Communicator:
                 self._records.remove(record)
                 self._pending -= 1
             raise
-        return Handle(record, work, post, self._completed)
+        return Handle(record, work, post, self._completed, _device_sync(t))
 
     def drain(self) -> list[CollectiveRecord]:
         with self._lock:
@@ -194,6 +203,7 @@ class Communicator:
             record,
             lambda: dist.all_reduce(flat, op=op, group=self.group, async_op=True),
             self._div_post(flat, native),
+            flat,
         )
 
     def reduce_scatter_avg(self, flat: torch.Tensor, out: torch.Tensor, tag: str = "") -> Handle:
@@ -207,6 +217,7 @@ class Communicator:
             record,
             lambda: _reduce_scatter(out, flat, op=op, group=self.group, async_op=True),
             self._div_post(out, native),
+            out,
         )
 
     def all_gather(self, out: torch.Tensor, shard: torch.Tensor, tag: str = "") -> Handle:
@@ -215,10 +226,27 @@ class Communicator:
         check_sizes("out", out, "shard", shard, self.world_size)
         record = self._launch("all_gather", tag, out.numel() * out.element_size())
         return self._issue(
-            record, lambda: _all_gather(out, shard, group=self.group, async_op=True), None
+            record, lambda: _all_gather(out, shard, group=self.group, async_op=True), None, out
         )
 
     # -- blocking control traffic: unpaced, unaccounted ---------------------
+    def probe_latency(self, like: torch.Tensor, repeats: int = 30, warmup: int = 5) -> float:
+        """Median seconds of one collective on the real backend: a one-element all-reduce
+        (AVG, as the algorithms launch it), unpaced and unaccounted, after a barrier."""
+        x = like.new_zeros(1)
+        unpaced = IdealLink()
+        dist.barrier(group=self.group)
+        times = []
+        for i in range(warmup + repeats):
+            t0 = time.perf_counter()
+            record = make_record("all_reduce", "probe", x.element_size(), self.world_size, unpaced)
+            work = dist.all_reduce(x, group=self.group, async_op=True)
+            Handle(record, work, self._div_post(x, False), None, _device_sync(x)).wait()
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        return times[len(times) // 2]
+
     def broadcast(self, flat: torch.Tensor, src: int = 0) -> None:
         """``src`` is a rank within this communicator's group."""
         if not 0 <= src < self.world_size:

@@ -2,6 +2,12 @@
 
 Per worker, a ring all-reduce sends 2(n-1)/n of the payload and pays 2(n-1)
 latency hops; reduce-scatter and all-gather send (n-1)/n and pay n-1 hops.
+On top, every collective pays ``alpha``: the fixed cost of one collective on
+the real backend (launch, the backend's own round trips, completion), measured
+at start-up with a one-element all-reduce (``Link.calibrate``).  Splitting a
+run of units into several collectives pays it several times; that is what
+makes many small collectives (bubble filling, per-unit syncs) cost more than
+their bytes say.
 ``nbytes`` is always the size of the full flat tensor (the all-reduce buffer,
 the reduce-scatter input, the all-gather output).  Pure Python: the planning
 library and the schedule CLI use it without importing torch.
@@ -63,11 +69,15 @@ def collective_time(
 
 @dataclass(frozen=True)
 class LinkModel:
-    """A link as the simulator and the schedulers see it: rate, per-hop latency, calibration."""
+    """A link as the simulator and the schedulers see it: rate, per-hop latency, calibration,
+    and the per-collective cost ``alpha_s``."""
 
     gbps: float
     latency_s: float = 0.0
     calibration: float = 1.0
+    alpha_s: float = 0.0
 
     def seconds(self, kind: str, nbytes: int, world: int) -> float:
-        return collective_time(kind, nbytes, world, self.gbps, self.latency_s, self.calibration)
+        if world == 1:
+            return 0.0
+        return self.alpha_s + collective_time(kind, nbytes, world, self.gbps, self.latency_s, self.calibration)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from dreamddp.checks import ConfigError
 from dreamddp.dist_env import worker_env
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -70,9 +71,19 @@ def rank0_only(value, other=None):
     return value if env is None or env.rank == 0 else other
 
 
+def by_size(table, _root_):
+    """``${ddp_by_size:{tiny: 8, small: 8, paper: 128}}``: the value for this run's
+    ``model.size``, so a model yaml states its recipe per preset, each value beside its source."""
+    size = _root_.model.size
+    if size not in table:
+        raise ConfigError(f"model.size={size}: unknown size for {_root_.model.name}; choose from {', '.join(table)}")
+    return table[size]
+
+
 def register_resolvers() -> None:
     """Idempotent: the CLI, tests and workers all call it before composing."""
     OmegaConf.register_new_resolver("ddp_repo", repo_root, replace=True)
     # Cached so that every resolution of hydra.run.dir in one process agrees.
     OmegaConf.register_new_resolver("ddp_run_id", run_id, use_cache=True, replace=True)
     OmegaConf.register_new_resolver("ddp_rank0_only", rank0_only, replace=True)
+    OmegaConf.register_new_resolver("ddp_by_size", by_size, replace=True)

@@ -38,13 +38,17 @@ class WandbConfig:
     group: Optional[str] = None
     # Free-form tags attached to the W&B run.
     tags: list[str] = field(default_factory=list)
+    # online only: seconds to wait for the W&B server at start-up (a reachability probe,
+    # then wandb.init); past it the run logs offline, with one warning line.
+    init_timeout_s: float = 30.0
 
 
 @dataclass
 class ModelConfig:
     # Registry name in dreamddp.models.MODELS: resnet18|resnet50|gpt2|llama2.
     name: str = MISSING
-    # tiny (CPU-sized preset for laptops/CI) | paper (the paper's architecture).
+    # tiny (tests) | small (CPU-sized, the paper models' byte distribution) | paper (the
+    # paper's architecture); the model yaml's recipe (batch, lr, ...) follows it.
     size: str = "tiny"
     # Language models only: vocabulary size; None = the model preset's own.
     vocab_size: Optional[int] = None
@@ -140,6 +144,15 @@ class ClusterConfig:
     threads_per_worker: int = 1
     # Rendezvous port; 0 = pick a free port (local) or derive one from the SLURM job id.
     master_port: int = 0
+    # Process-group timeout in seconds: a collective or barrier that a peer does not
+    # join within it (a hung or frozen worker) fails, and the job ends.
+    timeout_s: float = 300.0
+    # torchrun restarts of the whole worker group after a worker fails; restarted
+    # workers resume from the newest complete checkpoint in the run directory.
+    max_restarts: int = 0
+    # Checkpoint-and-stop on request (SIGUSR1, or <run dir>/checkpoint-request): the
+    # workers agree on it every iteration, save a checkpoint and stop ("preempted").
+    preemptible: bool = False
 
 
 @dataclass

@@ -12,6 +12,7 @@ checkpoints to resume, traffic shaping and data on disk.
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 from dreamddp.checks import ConfigError, at_least
 
@@ -27,13 +28,13 @@ def _check_components(cfg: DictConfig) -> None:
     from dreamddp.algorithms import ALGORITHMS
     from dreamddp.comm.links import LINKS
 
+    models.check(cfg.model)  # first: model yamls' recipes resolve by model.size
     at_least("seed", cfg.seed, 0)
     dist_env.check(cfg.cluster)
     train.check(cfg.train)
     optim.check(cfg.train)
     wandb_log.check(cfg.wandb)
     warmup.check(cfg.warmup)
-    models.check(cfg.model)
     task = models.MODELS[cfg.model.name].task
     data.check(cfg.data, task)
     if task == "lm":
@@ -86,6 +87,28 @@ def _check_data_available(cfg: DictConfig) -> None:
         raise ConfigError(text if text.startswith("data") else f"data={cfg.data.name}: {text}") from exc
 
 
+def _check_shards(cfg: DictConfig) -> None:
+    """Every worker's shard of the training split must hold one batch.  Launcher only: it
+    loads the split once (the cache the launcher's data preparation makes anyway)."""
+    from dreamddp.data import DATASETS, build_data
+    from dreamddp.dist_env import worker_env
+    from dreamddp.models import MODELS
+
+    if worker_env() is not None:
+        return
+    world = int(cfg.cluster.nproc) * int(cfg.cluster.nnodes)
+    d, task = cfg.data, MODELS[cfg.model.name].task
+    try:  # equal shards: all ranks' are the same size, so the last one speaks for all
+        build_data(d.name, task=task, rank=world - 1, world_size=world, seed=cfg.seed,
+                   batch_size=cfg.train.batch_size, root=d.root, block_size=d.block_size,
+                   eval_fraction=d.eval_fraction, eval_batches=d.eval_batches, synthetic_size=d.synthetic_size,
+                   num_classes=DATASETS[d.name].num_classes if task == "image" else None)
+    except ValueError as exc:
+        if str(exc).startswith("batch_size="):
+            raise ConfigError(f"train.{exc}") from None
+        raise
+
+
 def _check_host_link(cfg: DictConfig) -> None:
     from dreamddp.comm.links import LINKS
     from dreamddp.dist_env import worker_env
@@ -108,9 +131,20 @@ def _check_resume(cfg: DictConfig) -> None:
 
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError (one line, naming the field) when ``cfg`` cannot run."""
+    try:
+        _validate(cfg)
+    except InterpolationResolutionError as exc:  # a resolver's own ConfigError (e.g. ddp_by_size)
+        inner = exc
+        while inner is not None and not isinstance(inner, ConfigError):
+            inner = inner.__cause__ or inner.__context__
+        raise (inner or ConfigError(str(exc).splitlines()[0])) from None
+
+
+def _validate(cfg: DictConfig) -> None:
     _check_missing(cfg)
     _check_components(cfg)
     _check_device(cfg)
     _check_resume(cfg)
     _check_host_link(cfg)
     _check_data_available(cfg)
+    _check_shards(cfg)

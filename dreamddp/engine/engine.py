@@ -29,11 +29,11 @@ and synchronised on flat buffers.
 from __future__ import annotations
 
 import functools
-import time
 
 import torch
 from torch import nn
 
+from dreamddp.clock import clock_for
 from dreamddp.engine.flat import FlatModel
 from dreamddp.engine.plan import Payload, Plan, SyncOp, When
 from dreamddp.engine.stats import IterationStats
@@ -47,6 +47,7 @@ class PartialSyncEngine:
         self.comm = comm
         self.algorithm = algorithm
         self.flat = FlatModel(units)
+        self.clock = clock_for(self.flat.params.device)  # device-synchronised stamps on CUDA
         self.sample_every = sample_every  # record per-unit timelines every k iterations (0: never)
         self.t = -1
         self.stats = IterationStats(-1)
@@ -88,12 +89,13 @@ class PartialSyncEngine:
         self._launched = [False] * len(self.plan)
         self._missing = list(self._missing_template)
         self.stats = IterationStats(t, sampled=bool(self.sample_every) and t % self.sample_every == 0)
-        self.stats.start = time.perf_counter()
+        self._stamp_ready = self.stats.sampled
+        self.stats.start = self.clock()
         if not self.algorithm.owns_grad_zeroing:
             self.flat.zero_grads()
 
     def end_backward(self) -> None:
-        self.stats.backward_end = time.perf_counter()
+        self.stats.backward_end = self.clock()
         for i, op in enumerate(self.plan):
             if not self._launched[i] and op.launch in (When.UNIT_READY, When.END_OF_BACKWARD):
                 # UNIT_READY ops whose units got no gradient this step still sync.
@@ -118,7 +120,7 @@ class PartialSyncEngine:
         self._wait(When.AFTER_STEP)
         for rec in self.comm.drain():
             self.stats.add_record(rec)
-        self.stats.end = time.perf_counter()
+        self.stats.end = self.clock()
         if self.stats.sampled:
             self.stats.unit_ready = [r - self.stats.start for r in self._ready]
         return self.stats
@@ -158,7 +160,8 @@ class PartialSyncEngine:
         self._missing[u] -= 1
         if self._missing[u]:
             return
-        self._ready[u] = time.perf_counter()
+        if self._stamp_ready:  # sampled iterations only: on CUDA a stamp synchronises
+            self._ready[u] = self.clock()
         for i in self._triggers.get(u, ()):
             self._remaining[i] -= 1
             if self._remaining[i] == 0:

@@ -1,39 +1,41 @@
-"""The engine's interface around torch DDP, which synchronises by itself.
+"""The engine's interface around a model that synchronises by itself, or not at all.
 
-Used only by ``algo=ddp``, the numerical reference: it offers the same
-lifecycle calls as PartialSyncEngine so the training loop has one shape, and
-accounts the bytes DDP all-reduces (every gradient, every iteration).  DDP's
-waiting happens inside backward and cannot be separated from it here.
+Used by the algorithms that do not run on the partial-sync engine (``ddp``:
+torch DDP, the numerical reference; ``plain``: a bare model, the baseline of
+the engine's own cost): it offers the same lifecycle calls as
+PartialSyncEngine so the training loop has one shape, and accounts the bytes
+the wrapper says it sends per iteration (DDP: every gradient).  DDP's waiting
+happens inside backward and cannot be separated from it here.
 """
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
 
+from dreamddp.clock import clock_for
 from dreamddp.engine.stats import IterationStats
 from dreamddp.engine.units import Unit
 
 
-class DDPEngine:
-    def __init__(self, ddp_model: nn.Module, units: list[Unit]):
-        self.model = ddp_model
+class PassthroughEngine:
+    def __init__(self, model: nn.Module, units: list[Unit], bytes_per_iteration: int):
+        self.model = model
         self.units = units
         self.params = [p for u in units for p in u.params]
-        self._bytes = sum(u.nbytes for u in units)
+        self._bytes = bytes_per_iteration
+        self.clock = clock_for(self.params[0].device)
         self.stats = IterationStats(-1)
 
     def begin_iteration(self, t: int) -> None:
         self.stats = IterationStats(t)
-        self.stats.start = time.perf_counter()
+        self.stats.start = self.clock()
         for p in self.params:  # set_to_none would free DDP's bucket views each step
             if p.grad is not None:
                 p.grad.zero_()
 
     def end_backward(self) -> None:
-        self.stats.backward_end = time.perf_counter()
+        self.stats.backward_end = self.clock()
 
     def step(self, optimizer: torch.optim.Optimizer, grad_clip: float = 0.0) -> None:
         if grad_clip > 0:
@@ -42,8 +44,8 @@ class DDPEngine:
 
     def after_step(self) -> IterationStats:
         self.stats.bytes = self._bytes
-        self.stats.collectives = 1
-        self.stats.end = time.perf_counter()
+        self.stats.collectives = int(self._bytes > 0)
+        self.stats.end = self.clock()
         return self.stats
 
     def flush(self) -> None: ...

@@ -3,16 +3,21 @@
 A unit is a module that owns parameters directly (``recurse=False``); for the
 models here these are leaf modules (the paper's "layers").  Parameters shared by
 several modules (GPT-2's tied embedding / LM head) belong to the module that
-registers them first in forward order, because that is the one whose backward
-finishes last: the gradient is complete only then.
+registers them first.
 
 Units are returned in BACKWARD order (output side first), the order in which
-gradients become ready and in which every scheduler reasons.
+gradients become ready and in which every scheduler reasons.  Registration
+order is not forward order in general (HF Llama registers both RMSNorms after
+the MLP but runs them first), so given a sample loss the order is MEASURED: one
+backward pass records when each unit's last gradient is accumulated.  Without
+one (names only, e.g. on the meta device) the reverse registration order is used.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -32,10 +37,12 @@ class Unit:
         return sum(p.numel() * p.element_size() for p in self.params)
 
 
-def enumerate_units(model: nn.Module) -> list[Unit]:
-    """Units of ``model`` in backward order (reverse of module registration order)."""
+def enumerate_units(model: nn.Module, sample_loss: Callable[[], torch.Tensor] | None = None) -> list[Unit]:
+    """Units of ``model`` in backward order: measured on one backward of ``sample_loss()``
+    when given (training state untouched: RNG forked, gradients dropped), else the
+    reverse of module registration order."""
     seen: set[int] = set()
-    forward: list[tuple[str, tuple[nn.Parameter, ...]]] = []
+    registered: list[tuple[str, tuple[nn.Parameter, ...]]] = []
     for name, module in model.named_modules():
         owned = []
         for p in module.parameters(recurse=False):
@@ -43,11 +50,48 @@ def enumerate_units(model: nn.Module) -> list[Unit]:
                 seen.add(id(p))
                 owned.append(p)
         if owned:
-            forward.append((name, tuple(owned)))
+            registered.append((name, tuple(owned)))
+    order = list(reversed(range(len(registered))))
+    if sample_loss is not None:
+        order = _gradient_ready_order(registered, sample_loss)
     return [
-        Unit(index=i, name=name, params=params, numel=sum(p.numel() for p in params))
-        for i, (name, params) in enumerate(reversed(forward))
+        Unit(index=i, name=registered[k][0], params=registered[k][1], numel=sum(p.numel() for p in registered[k][1]))
+        for i, k in enumerate(order)
     ]
+
+
+def _gradient_ready_order(registered, sample_loss) -> list[int]:
+    """Indices into ``registered`` in the order their last gradient is accumulated; units
+    that get no gradient (unused in this forward) follow, in reverse registration order."""
+    missing = [len(params) for _, params in registered]
+    ready: list[int] = []
+
+    def on_grad(k: int, _param) -> None:
+        missing[k] -= 1
+        if missing[k] == 0:
+            ready.append(k)
+
+    hooks = [p.register_post_accumulate_grad_hook(functools.partial(on_grad, k))
+             for k, (_, params) in enumerate(registered) for p in params]
+    try:
+        with torch.random.fork_rng(devices=[]):  # dropout draws must not shift training's RNG
+            sample_loss().backward()
+    finally:
+        for h in hooks:
+            h.remove()
+        for _, params in registered:
+            for p in params:
+                p.grad = None
+    unused = [k for k in reversed(range(len(registered))) if k not in set(ready)]
+    return ready + unused
+
+
+def reorder_units(units: list[Unit], names: list[str]) -> list[Unit]:
+    """``units`` in the order of ``names`` (re-indexed), e.g. to adopt rank 0's measured order."""
+    by_name = {u.name: u for u in units}
+    if sorted(by_name) != sorted(names):
+        raise ValueError("reorder_units: the names are not this model's units")
+    return [replace(by_name[n], index=i) for i, n in enumerate(names)]
 
 
 def leaf_module_names(model: nn.Module) -> list[str]:

@@ -1,9 +1,16 @@
 """Model registry: build a model by name and size preset, and list its units.
 
-``tiny`` presets keep the topology of each model at a size that trains in
-milliseconds on CPU (tests, laptop runs); ``paper`` presets are the models of
-the DreamDDP paper, whose module names match the authors' published profiles
-so their schedules apply to ours.
+Three presets per model:
+
+- ``tiny``: the topology at a size that trains in milliseconds on CPU (tests);
+- ``small``: CPU-sized but in the paper's regime, where it matters for
+  scheduling: the share of bytes in the embeddings and output layer (GPT-2:
+  31% as in the 124M model; Llama-2: 19% as in the authors' 176M model) and,
+  for ResNets, the paper network's blocks at a narrower width, so every layer
+  keeps its share of the model's bytes (within 1 point; the classifier, whose
+  bytes scale with the width and not its square, moves most);
+- ``paper``: the models of the DreamDDP paper, whose module names match the
+  authors' published profiles so their schedules apply to ours.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from dreamddp.models.resnet import build_resnet
 from dreamddp.models.tasks import TASKS, compute_loss, evaluate
 from dreamddp.models.transformers_lm import build_gpt2, build_llama
 
-SIZES = ("tiny", "paper")
+SIZES = ("tiny", "small", "paper")
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,8 @@ MODELS: dict[str, ModelSpec] = {
         "resnet18", "image", "fashion_mnist", build_resnet,
         {
             "tiny": dict(block="basic", num_blocks=(1, 1, 1, 1), base_width=8, num_classes=10),
-            "paper": dict(block="basic", num_blocks=(2, 2, 2, 2), base_width=64, num_classes=10),
+            "small": dict(block="basic", num_blocks=(2, 2, 2, 2), base_width=16, num_classes=10),  # 0.70M
+            "paper": dict(block="basic", num_blocks=(2, 2, 2, 2), base_width=64, num_classes=10),  # 11.2M
         },
     ),
     "resnet50": ModelSpec(
@@ -48,8 +56,11 @@ MODELS: dict[str, ModelSpec] = {
         {
             "tiny": dict(block="bottleneck", num_blocks=(1, 1, 1, 1), base_width=8,
                          num_classes=100),
+            # width 32, not 16: the classifier's share grows as the convolutions shrink
+            "small": dict(block="bottleneck", num_blocks=(3, 4, 6, 3), base_width=32,
+                          num_classes=100),  # 6.0M
             "paper": dict(block="bottleneck", num_blocks=(3, 4, 6, 3), base_width=64,
-                          num_classes=100),
+                          num_classes=100),  # 23.7M
         },
     ),
     "gpt2": ModelSpec(
@@ -59,7 +70,10 @@ MODELS: dict[str, ModelSpec] = {
             # frequency, rarer ones share the last id): a full 50,257-way output layer
             # would dominate CPU time of a 2-layer model.
             "tiny": dict(n_layer=2, n_embd=64, n_head=2, n_positions=128, vocab_size=8192),
-            "paper": dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257),
+            # 12 blocks as in GPT-2 124M, 4,096 most frequent tokens: 0.87M parameters, 31.1% of
+            # them in wte + wpe (the 124M model: 31.6%).
+            "small": dict(n_layer=12, n_embd=64, n_head=4, n_positions=128, vocab_size=4096),
+            "paper": dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257),  # 124.4M
         },
     ),
     "llama2": ModelSpec(
@@ -67,8 +81,15 @@ MODELS: dict[str, ModelSpec] = {
         {
             "tiny": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2,
                          intermediate_size=172, max_position_embeddings=128, vocab_size=8192),
+            # The paper model's 8 layers and MLP ratio (11008 / 512) at hidden 64, 4,096 tokens:
+            # 2.77M parameters, 18.9% of them in embed_tokens + lm_head (the paper model: 18.6%).
+            "small": dict(num_hidden_layers=8, hidden_size=64, num_attention_heads=4,
+                          intermediate_size=1376, max_position_embeddings=128, vocab_size=4096),
+            # As the DreamDDP authors build their cut-down Llama-2 ("llama2-124M" in their
+            # artifact): 8 layers, hidden 512, 8 heads, Llama-2-7B's intermediate size 11008,
+            # 764 positions, 32k vocabulary: 176.4M parameters (the paper's "about 175M").
             "paper": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8,
-                          intermediate_size=1376, max_position_embeddings=1024,
+                          intermediate_size=11008, max_position_embeddings=764,
                           vocab_size=32000),
         },
     ),

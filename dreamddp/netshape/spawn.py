@@ -10,8 +10,11 @@ the global rank because every worker still runs on this one host (device
 selection must not collide).
 
 Supervision is torchrun's, minus restarts: the first worker to fail, or a
-SIGINT/SIGTERM to this process, terminates all workers (SIGTERM, then SIGKILL
-after a grace period), and the network is always torn down.
+SIGINT/SIGTERM to this process, terminates all workers (SIGTERM and SIGCONT, so
+that a frozen worker dies too, then SIGKILL after a grace period), and the
+network is always torn down.  Like torchrun run through dreamddp.failures, it
+writes how the failed ranks ended (exit status or signal) to the file that
+``DREAMDDP_EXITS`` in ``env`` names, for the run record.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import threading
 import time
 from typing import Callable
 
+from dreamddp.failures import EXITS_ENV, write_exits
 from dreamddp.netshape.topology import ShapedNetwork
 
 GRACE_S = 5.0
@@ -41,11 +45,23 @@ def _stop_all(procs: list[subprocess.Popen]) -> None:
             if p.poll() is None:
                 try:
                     os.killpg(p.pid, sig)
+                    if sig == signal.SIGTERM:
+                        os.killpg(p.pid, signal.SIGCONT)  # a stopped process acts on nothing else
                 except ProcessLookupError:
                     pass
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and any(p.poll() is None for p in procs):
             time.sleep(_POLL_S)
+
+
+def _report_exits(env: dict, failed: list[tuple[int, int]]) -> None:
+    path = env.get(EXITS_ENV)
+    if path:
+        now = time.time()
+        try:
+            write_exits(path, 0, ((rank, code, now) for rank, code in failed))
+        except OSError:
+            pass
 
 
 def launch_shaped(
@@ -92,6 +108,7 @@ def launch_shaped(
             failed = [p for p in done if p.returncode != 0]
             if failed:
                 code = _exit_code(failed[0].returncode)
+                _report_exits(env, [(procs.index(p), p.returncode) for p in failed])
                 break
             if len(done) == n:
                 break

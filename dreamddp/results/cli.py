@@ -56,8 +56,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> list[Path]:
-    statuses = ("completed", "failed", "running") if args.include_failed else ("completed",)
-    runs = collect(args.runs, statuses)
+    statuses = ("completed", "failed", "running", "preempted") if args.include_failed else ("completed",)
+    skipped: list[tuple[Path, str]] = []
+    runs = collect(args.runs, statuses, skipped)
+    for path, why in skipped:
+        print(f"skipped {path}: {why}", file=sys.stderr)
     if not runs:
         raise ValueError(f"no {'/'.join(statuses)} run records under {' '.join(args.runs)}")
     targets = _targets(args.target)

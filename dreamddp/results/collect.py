@@ -13,6 +13,10 @@ copies regenerate everything that full records do.
 Sources: directories searched recursively for ``run.json`` and for compact
 records (``"compact": 1``); a W&B offline run directory
 (``<run dir>/wandb/offline-run-*``) stands for the run.json of its run dir.
+Records that cannot be used (unreadable or truncated JSON, a run still
+"running", failed or preempted, a record without its config) are skipped, and
+``collect`` says which and why, so a half-written or crashed run never breaks
+or silently thins a table.  Compact copies are written atomically.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Optional
 
+from dreamddp.atomic import write_text
 from dreamddp.record import RECORD_NAME
 
 COMPACT_VERSION = 1
@@ -126,31 +131,46 @@ def _record_files(root: Path) -> Iterable[tuple[Path, Optional[Path]]]:
             yield run_dir / RECORD_NAME, run_dir
         return
     for path in sorted(root.rglob("*.json")):
-        if any(part in ("wandb", ".submitit", "profile", ".hydra") for part in path.relative_to(root).parts[:-1]):
+        if any(part in ("wandb", ".submitit", "profile", ".hydra", "failures", "checkpoints")
+               for part in path.relative_to(root).parts[:-1]):
             continue
         yield path, (path.parent if path.name == RECORD_NAME else None)
 
 
-def collect(paths: Iterable[str | Path], statuses: tuple[str, ...] = ("completed",)) -> list[dict]:
+def collect(paths: Iterable[str | Path], statuses: tuple[str, ...] = ("completed",),
+            skipped: Optional[list[tuple[Path, str]]] = None) -> list[dict]:
     """Compact records of every run under ``paths`` whose status is in ``statuses``.
 
     A run found twice (its run.json and a compact copy) counts once: the
-    first found wins, in the order of ``paths``.
+    first found wins, in the order of ``paths``.  Records left out for any other
+    reason are appended to ``skipped`` as (file, why).
     """
     runs, seen = [], set()
+    skip = skipped.append if skipped is not None else (lambda item: None)
     for root in map(Path, paths):
         if not root.exists():
             raise FileNotFoundError(f"no such file or directory: {root}")
         for path, run_dir in _record_files(root):
             try:
                 data = json.loads(path.read_text())
-            except (OSError, ValueError):
+            except OSError as exc:
+                skip((path, f"unreadable ({exc.strerror or exc})"))
+                continue
+            except ValueError:
+                skip((path, "not complete JSON (torn or truncated write)"))
                 continue
             if not isinstance(data, dict) or not (data.get("compact") or "schema_version" in data):
                 continue  # some other JSON (hydra, schedule, profile)
-            run = compact(data, run_dir)
+            try:
+                run = compact(data, run_dir)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                skip((path, f"incomplete record ({exc})"))
+                continue
+            if run["status"] not in statuses:
+                skip((path, f"status {run['status']}"))
+                continue
             key = (run["study"], run["scale"], run["name"], run.get("start_time"))
-            if run["status"] in statuses and key not in seen:
+            if key not in seen:
                 seen.add(key)
                 runs.append(run)
     return runs
@@ -168,6 +188,6 @@ def write_compact(runs: Iterable[dict], out_dir: str | Path) -> list[Path]:
         folder = Path(out_dir) / (f"{run['study']}_{run['scale']}" if run["scale"] else run["study"])
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{safe_name(run['name'])}.json"
-        path.write_text(json.dumps(run, indent=1, sort_keys=False) + "\n")
+        write_text(path, json.dumps(run, indent=1, sort_keys=False) + "\n")
         written.append(path)
     return written

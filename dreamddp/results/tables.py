@@ -18,11 +18,13 @@ only DreamDDP run.
 from __future__ import annotations
 
 import csv
+import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Optional
 
 from dreamddp.algorithms import ALGORITHMS
+from dreamddp.atomic import write_text
 
 # Studies whose runs only profile (two training steps): their timings make no table.
 PROFILE_ONLY = ("scheduler",)
@@ -143,11 +145,12 @@ def _add_speedups(block: list[dict]) -> None:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-        w.writeheader()
-        w.writerows({k: ("" if r.get(k) is None else r[k]) for k in COLUMNS} for r in rows)
+    """Atomically (dreamddp.atomic): a killed writer leaves the previous table whole."""
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=list(COLUMNS))
+    w.writeheader()
+    w.writerows({k: ("" if r.get(k) is None else r[k]) for k in COLUMNS} for r in rows)
+    write_text(path, buf.getvalue())
 
 
 def _fmt(value, spec: str = ".4g") -> str:
@@ -201,6 +204,6 @@ def write_tables(runs: list[dict], out_dir: Path, metric: str = "loss", targets:
         rows = speedup_rows(members, metric, targets)
         csv_path, md_path = out_dir / "tables" / f"{stem}.csv", out_dir / "tables" / f"{stem}.md"
         write_csv(rows, csv_path)
-        md_path.write_text(markdown(rows, f"{stem}: mean iteration time, exposed wait, time to target"))
+        write_text(md_path, markdown(rows, f"{stem}: mean iteration time, exposed wait, time to target"))
         written += [csv_path, md_path]
     return written

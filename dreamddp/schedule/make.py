@@ -1,14 +1,35 @@
-"""One entry point for every scheduler: profile + H -> unit -> iterations."""
+"""One entry point for every scheduler: profile + H -> which units sync when, in which collectives.
+
+What each scheduler optimises, under which cost model (``cost``: FIFO link,
+each unit's all-reduce launched at its gradient, wait = drain - end of backward):
+
+- ``dreamddp``: the paper's DFS over CONTIGUOUS splits (each iteration syncs one
+  run of consecutive units, one collective per unit), then bubble filling;
+- ``optimal``: the exact optimum over contiguous splits (same model), then
+  bubble filling;
+- ``general``: GENERAL assignments (any subset per iteration) and their
+  grouping into collectives, under the alpha-beta model where every collective
+  pays ``alpha`` (general.py); never worse than the contiguous optimum;
+- ``enp``: PLSGD-ENP's equal-count partition (the baseline, never filled).
+
+Profiles hold each unit's measured blocking all-reduce time, which includes
+alpha; the general scheduler plans with the bandwidth term (comm - alpha) and
+charges alpha per collective itself.
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dreamddp.schedule.bubble import bubble_fill
 from dreamddp.schedule.dfs import dreamddp
+from dreamddp.schedule.general import general
 from dreamddp.schedule.optimal import optimal
 from dreamddp.schedule.partition import equal_count_groups
 from dreamddp.schedule.profile import Profile
 
-SCHEDULERS = ("dreamddp", "enp", "optimal")
+SCHEDULERS = ("dreamddp", "optimal", "general", "enp")
+Runs = list[list[tuple[str, str]]]  # per iteration, its collectives as (first, last) unit names
 
 
 def enp(units: list[str], H: int) -> dict[str, list[int]]:
@@ -16,21 +37,27 @@ def enp(units: list[str], H: int) -> dict[str, list[int]]:
     return {units[u]: [g] for g, group in enumerate(equal_count_groups(len(units), H)) for u in group}
 
 
-def make_schedule(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: bool = True) -> dict[str, list[int]]:
-    """Schedule for one H-window.
-
-    ``dreamddp`` is the paper's DFS over contiguous splits, ``optimal`` the exact
-    optimum over contiguous splits; ``bubble`` adds DreamDDP's bubble filling to
-    either.  ``enp`` is the PLSGD-ENP baseline and is never filled.
-    """
+def make_plan(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: bool = True,
+              alpha: float = 0.0) -> tuple[dict[str, list[int]], Runs | None]:
+    """(unit -> iterations, collectives per iteration or None for one collective per unit)."""
     if not isinstance(H, int) or H < 1:
         raise ValueError(f"H must be an integer >= 1, got {H!r}")
     if scheduler == "enp":
-        return enp(profile.units, H)
+        return enp(profile.units, H), None
+    if scheduler == "general":
+        # The bandwidth term of each unit with parameters (kept > 0 so it is still synced).
+        bandwidth = {u: max(t - alpha, 1e-12) if t > 0 else 0.0 for u, t in profile.comm.items()}
+        return general(replace(profile, comm=bandwidth), H, alpha)
     if scheduler == "dreamddp":
         schedule = dreamddp(profile, H)
     elif scheduler == "optimal":
         schedule = optimal(profile, H)
     else:
         raise ValueError(f"scheduler: unknown {scheduler!r} (expected one of {', '.join(SCHEDULERS)})")
-    return bubble_fill(profile, H, schedule) if bubble else schedule
+    return (bubble_fill(profile, H, schedule) if bubble else schedule), None
+
+
+def make_schedule(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: bool = True,
+                  alpha: float = 0.0) -> dict[str, list[int]]:
+    """The unit -> iterations part of ``make_plan``."""
+    return make_plan(profile, H, scheduler, bubble, alpha)[0]

@@ -29,6 +29,14 @@ def optimal_cuts(bp: np.ndarray, comm: np.ndarray, H: int) -> tuple[float, list[
         return float(sum(C[i, i + 1] for i in range(L))), cuts
     C = run_costs(bp, comm)
     C[np.tril_indices(L + 1)] = np.inf  # runs s..e-1 need s < e
+    return best_splits(C, H)
+
+
+def best_splits(C: np.ndarray, H: int) -> tuple[float, list[int]]:
+    """Least-cost cut of items 0..L-1 into H consecutive runs, ``C[s, e]`` the cost of the
+    run s..e-1 (inf where not allowed): ``F[g][e] = min_s F[g-1][s] + C[s, e]``, one numpy
+    minimum per iteration.  Returns (cost, boundaries [0, c1, ..., L])."""
+    L = C.shape[0] - 1
     F = np.full(L + 1, np.inf)
     F[0] = 0.0
     choice = np.zeros((H + 1, L + 1), dtype=int)

@@ -1,12 +1,17 @@
 """Schedule files: the one reader, the one writer, and the check against a model's units.
 
-Format (the DreamDDP authors' ``schedule.json``)::
+Format (the DreamDDP authors' ``schedule.json``, plus one optional key)::
 
-    {"H": H, "schedule": {module: i or [i, ...]}}
+    {"H": H, "schedule": {module: i or [i, ...]},
+     "collectives": [[[first, last], ...], ...]}       # optional, one list per iteration
 
 module names are leaf-module names and every i is in [0, H).  Names of
 modules without parameters of their own (dropout, activations, a tied LM
 head) are allowed and ignored; every unit must be listed at least once.
+Without ``collectives`` each synced unit is its own collective (launched at its
+gradient, as the authors' engine does); with it, iteration i's units go out as
+the listed runs, each one collective over the units first..last (backward
+order), launched when its last unit's gradient is ready (general schedules).
 Errors are ``ScheduleError``: one line, naming the file.
 """
 
@@ -34,6 +39,12 @@ def _iterations(source, name: str, its, H: int) -> list[int]:
 
 def read_schedule(path) -> tuple[int, dict[str, list[int]]]:
     """``(H, {unit: sorted iterations})`` from a schedule file."""
+    H, schedule, _ = read_schedule_file(path)
+    return H, schedule
+
+
+def read_schedule_file(path) -> tuple[int, dict[str, list[int]], list[list[tuple[str, str]]] | None]:
+    """``(H, {unit: sorted iterations}, collectives or None)`` from a schedule file."""
     p = Path(path)
     if not p.is_file():
         raise ScheduleError(f"{path}: file not found")
@@ -46,13 +57,27 @@ def read_schedule(path) -> tuple[int, dict[str, list[int]]]:
         raise ScheduleError(f"{path}: not a schedule file ({e.__class__.__name__}: {e})") from None
     if not isinstance(H, int) or isinstance(H, bool) or H < 1:
         raise ScheduleError(f"{path}: H must be an integer >= 1, got {H!r}")
-    return H, {str(name): _iterations(path, name, its, H) for name, its in raw.items()}
+    schedule = {str(name): _iterations(path, name, its, H) for name, its in raw.items()}
+    collectives = data.get("collectives")
+    if collectives is not None:
+        ok = isinstance(collectives, list) and len(collectives) == H and all(
+            isinstance(its, list) and all(isinstance(r, list) and len(r) == 2 and all(isinstance(n, str) for n in r)
+                                          for r in its) for its in collectives)
+        if not ok:
+            raise ScheduleError(f"{path}: 'collectives' must be {H} lists (one per iteration) of [first, last] unit names")
+        collectives = [[(a, b) for a, b in its] for its in collectives]
+    return H, schedule, collectives
 
 
-def save_schedule(path, H: int, schedule: dict[str, list[int]]) -> None:
-    """Write a schedule in the authors' format (a bare int where a unit syncs once)."""
+def save_schedule(path, H: int, schedule: dict[str, list[int]],
+                  collectives: list[list[tuple[str, str]]] | None = None) -> None:
+    """Write a schedule in the authors' format (a bare int where a unit syncs once), with
+    its collectives when they are not one per unit."""
     body = {u: (its[0] if len(its) == 1 else sorted(its)) for u, its in schedule.items()}
-    write_json(path, {"H": H, "schedule": body}, indent=2)
+    data = {"H": H, "schedule": body}
+    if collectives is not None:
+        data["collectives"] = [[list(r) for r in its] for its in collectives]
+    write_json(path, data, indent=2)
 
 
 def assign_units(schedule: dict[str, list[int]], H: int, unit_names: list[str], module_names,
@@ -71,3 +96,27 @@ def assign_units(schedule: dict[str, list[int]], H: int, unit_names: list[str], 
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise ScheduleError(f"{source}: unit {missing[0]!r}{more} missing from the schedule")
     return [sorted(g) for g in groups]
+
+
+def assign_runs(collectives: list[list[tuple[str, str]]], groups: list[list[int]], unit_names: list[str],
+                source: str = "schedule") -> list[list[tuple[int, int]]]:
+    """Per iteration, its collectives as (first, last) unit indices, checked against the
+    iteration's units (``assign_units``): every run contiguous, inside the iteration,
+    and together covering each of its units exactly once."""
+    index = {n: i for i, n in enumerate(unit_names)}
+    out = []
+    for g, its in enumerate(collectives):
+        runs, covered = [], []
+        for first, last in its:
+            for name in (first, last):
+                if name not in index:
+                    raise ScheduleError(f"{source}: collective [{first!r}, {last!r}] names {name!r}, not a unit")
+            a, b = index[first], index[last]
+            if a > b:
+                raise ScheduleError(f"{source}: collective [{first!r}, {last!r}] runs against backward order")
+            runs.append((a, b))
+            covered += range(a, b + 1)
+        if sorted(covered) != sorted(groups[g]):
+            raise ScheduleError(f"{source}: iteration {g}'s collectives do not cover exactly its units once")
+        out.append(sorted(runs))
+    return out

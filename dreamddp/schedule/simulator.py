@@ -63,6 +63,7 @@ class SimContext:
     world: int
     link: LinkModel | None = None  # None: the profile's measured per-unit comm times
     schedule: dict[str, list[int]] | None = None  # a given unit -> iterations assignment (None: the algorithm's own)
+    runs: list[list[tuple[int, int]]] | None = None  # with ``schedule``: its collectives per iteration (unit indices)
 
     def __post_init__(self) -> None:
         units, nbytes = self.profile.units, self.profile.nbytes
@@ -116,6 +117,15 @@ class SimContext:
     def per_unit(self, idx) -> list[tuple[int, float]]:
         """One all-reduce per unit, launched at its gradient."""
         return [(i, float(self.unit_comm[i])) for i in sorted(idx) if self.has_params[i]]
+
+    def per_run(self, runs) -> list[tuple[int, float]]:
+        """One all-reduce per run (first, last), launched at its last unit's gradient."""
+        return [(b, self.collective(range(a, b + 1))) for a, b in runs]
+
+    @property
+    def alpha_s(self) -> float:
+        """The per-collective cost the link charges (0 with measured comm times)."""
+        return self.link.alpha_s if self.link is not None else 0.0
 
     def buckets(self, cap_bytes: int) -> list[list[int]]:
         """partition.buckets over the units that own parameters; without byte counts every

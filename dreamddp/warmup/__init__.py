@@ -9,8 +9,10 @@ e.g. DreamDDP's profile and schedule) through the :class:`Warmup` they are given
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
+
+import torch
 
 from dreamddp.checks import at_least
 from dreamddp.schedule.profile import Profile
@@ -41,6 +43,12 @@ class Warmup:
     def model_bytes(self) -> int:
         return sum(u.nbytes for u in self.engine.units)
 
+    def collective_alpha(self) -> float:
+        """Seconds one collective costs on the real backend (all ranks agree: the slowest)."""
+        alpha = torch.tensor([self.comm.probe_latency(self.engine.flat.params)], dtype=torch.float64)
+        self.comm.all_reduce_max(alpha)
+        return float(alpha)
+
     def backward_time(self) -> float:
         """Seconds of one backward pass (all ranks agree: the slowest sets it); no traffic."""
         prof = measure_profile(self.engine, self.comm, self.optimizer, self.loss_fn,
@@ -60,8 +68,25 @@ class Warmup:
         self.profiled = profile
         return profile
 
-    def save_schedule(self, H: int, schedule: dict[str, list[int]]) -> None:
-        self.recorder.save_schedule(H, schedule)
+    @property
+    def link_alpha(self) -> float:
+        """The link's measured per-collective cost (0 before calibration)."""
+        return self.comm.link.alpha_s or 0.0
+
+    def planning_profile(self, profile: Profile) -> Profile:
+        """The profile a scheduler should plan with.  On a paced link (emulated) the link is
+        its model, so each unit's all-reduce time is the model's (alpha + bytes / bandwidth);
+        a blocking measurement adds only the skew between ranks at start-up.  Elsewhere
+        (ideal, tc) the measured times are the truth."""
+        link = self.comm.link
+        if not link.paced or not profile.nbytes:
+            return profile
+        model = link.model()
+        comm = {u: model.seconds("all_reduce", profile.nbytes[u], self.world) for u in profile.units}
+        return replace(profile, comm=comm)
+
+    def save_schedule(self, H: int, schedule: dict[str, list[int]], collectives=None) -> None:
+        self.recorder.save_schedule(H, schedule, collectives)
 
     def record(self, key: str, value) -> None:
         self.recorder.set(key, value)

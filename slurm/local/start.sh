@@ -11,6 +11,7 @@
 # this host with the CPU count and memory that `slurmd -C` measures, so SLURM
 # never over-commits it. No accounting daemon (sacct is unavailable; submitit
 # does not need it). Ports: $DREAMDDP_SLURM_PORT (slurmctld, default 6817) and +1 (slurmd).
+# Requeued jobs may start again 20 s after the requeue (cred_expire), not 120 s.
 # Needs root (slurmd starts job steps as the submitting user). Exit status 2 on a
 # missing prerequisite, 1 when the node does not become idle within 30 s.
 set -euo pipefail
@@ -53,7 +54,8 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$DIR/munge/munge.socket
+# cred_expire: also how long a requeued job waits before it may start again (default 120 s)
+AuthInfo=socket=$DIR/munge/munge.socket,cred_expire=20
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool
 SlurmctldPidFile=$DIR/slurmctld.pid

@@ -9,7 +9,8 @@ registered in ``LINKS`` under its ``bandwidth.backend`` name.  It owns:
 - ``describe()``: what the run record says about it;
 - ``model()``: the cost model the simulator charges (None: use measured times);
 - ``calibrate(warmup)`` and ``setup_state()``: start-up measurements that fix
-  its parameters, and what a checkpoint keeps of them;
+  its parameters (every link measures ``alpha_s``, the cost of one collective
+  on the real backend, see comm/cost.py), and what a checkpoint keeps of them;
 - ``launch_workers``: a launcher of its own (None: torchrun on this host).
 """
 
@@ -26,6 +27,7 @@ class Link:
     # True: the communicator holds every collective until this link's deadline.
     # Code that talks to the process group itself (torch DDP) escapes such pacing.
     paced: ClassVar[bool] = False
+    alpha_s: float | None = None  # seconds one collective costs on the real backend; None until measured
 
     @classmethod
     def check(cls, bandwidth, cluster) -> None:
@@ -52,7 +54,8 @@ class Link:
 
     def describe(self) -> dict:
         """Plain-data description for the run record."""
-        return {"backend": self.name, "paced": self.paced}
+        alpha = None if self.alpha_s is None else self.alpha_s * 1e3
+        return {"backend": self.name, "paced": self.paced, "alpha_ms": alpha}
 
     def reset(self) -> None:
         """Forget queued transfers (e.g. after warm-up); no-op for stateless links."""
@@ -63,20 +66,20 @@ class Link:
 
     @property
     def needs_calibration(self) -> bool:
-        return False
+        return self.alpha_s is None
 
     def calibrate(self, warmup) -> dict:
         """Fix parameters from start-up measurements (``warmup`` times the live job); returns
-        what the run record should keep."""
-        return {}
+        what the run record should keep.  Here: alpha, the one-collective cost."""
+        self.alpha_s = warmup.collective_alpha()
+        return {"alpha_s": self.alpha_s}
 
     def setup_state(self) -> dict:
         """What calibration decided, for a checkpoint (a resumed run does not measure again)."""
-        return {}
+        return {"alpha_s": self.alpha_s}
 
     def load_setup_state(self, state: dict) -> None:
-        if state:
-            raise ValueError(f"bandwidth.backend={self.name}: checkpoint holds link state {sorted(state)} it cannot take")
+        self.alpha_s = state.get("alpha_s")
 
     # A launcher of its own: ``launch_workers(cfg, command, env) -> exit status``, starting
     # cluster.nproc workers that each run ``command``; None = torchrun on this host.

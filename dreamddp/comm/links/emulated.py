@@ -7,10 +7,13 @@ The clock is FIFO per worker, like a real NIC queue, so a second collective
 launched while the first is still "on the wire" starts only when the first
 one ends, while compute carries on meanwhile.
 
-The rate is ``bandwidth.gbps``, or, with ``bandwidth.comm_ratio``, derived at
-start-up: the all-reduce of all parameters is made to take ``comm_ratio``
-times the backward pass measured on the live job (the paper's GPT-2 regime
-is about 7).  Until then the link has no rate and refuses to pace.
+A collective occupies the link for alpha (the cost of one collective on the
+real backend, measured at start-up) plus the ring model's latency hops and
+bytes / bandwidth (comm/cost.py).  The rate is ``bandwidth.gbps``, or, with
+``bandwidth.comm_ratio``, derived at start-up: the all-reduce of all
+parameters is made to take ``comm_ratio`` times the backward pass measured on
+the live job (the paper's GPT-2 regime is about 7).  Until calibrated the
+link refuses to pace.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import math
 import threading
 
 from dreamddp.checks import ConfigError, at_least, positive
-from dreamddp.comm.cost import LinkModel, collective_time, ring_factor
+from dreamddp.comm.cost import LinkModel, ring_factor
 from dreamddp.comm.links.base import Link
 from dreamddp.comm.links.registry import LINKS
 
@@ -30,12 +33,13 @@ class EmulatedLink(Link):
     paced = True
 
     def __init__(self, gbps: float | None, latency_ms: float = 0.0, calibration: float = 1.0,
-                 comm_ratio: float | None = None):
+                 comm_ratio: float | None = None, alpha_s: float | None = None):
         self._lock = threading.Lock()
         self._gbps = None if gbps is None else float(gbps)
         self.latency_ms = float(latency_ms)
         self.calibration = float(calibration)
         self.comm_ratio = comm_ratio
+        self.alpha_s = alpha_s  # None: measured by calibrate() at start-up
         self._free_at = -math.inf
 
     @classmethod
@@ -66,12 +70,11 @@ class EmulatedLink(Link):
         return self._free_at
 
     def reserve(self, kind: str, nbytes: int, world: int, now: float) -> tuple[float, float]:
-        if self._gbps is None:
-            raise RuntimeError("emulated link: no rate yet (bandwidth.comm_ratio is set at calibration)")
+        if self._gbps is None or self.alpha_s is None:
+            raise RuntimeError("emulated link: not calibrated yet (its alpha, and a comm_ratio's rate, are measured at start-up)")
         with self._lock:
             start = max(now, self._free_at)
-            duration = collective_time(kind, nbytes, world, self._gbps, self.latency_ms / 1e3, self.calibration)
-            deadline = start + duration
+            deadline = start + self.model().seconds(kind, nbytes, world)
             self._free_at = deadline
         return start, deadline
 
@@ -84,22 +87,27 @@ class EmulatedLink(Link):
                 "calibration": self.calibration}
 
     def model(self) -> LinkModel:
-        return LinkModel(self._gbps, self.latency_ms / 1e3, self.calibration)
+        return LinkModel(self._gbps, self.latency_ms / 1e3, self.calibration, self.alpha_s or 0.0)
 
     @property
     def needs_calibration(self) -> bool:
-        return self.comm_ratio is not None and self._gbps is None
+        return super().needs_calibration or self._gbps is None
 
     def calibrate(self, warmup) -> dict:
-        """Set the rate so that all-reduce(all parameters) / backward = comm_ratio."""
-        backward = warmup.backward_time()
-        nbytes, world = warmup.model_bytes, warmup.world
-        self._gbps = ring_factor("all_reduce", world) * nbytes * 8 / (self.comm_ratio * backward) / 1e9
-        return {"comm_ratio": self.comm_ratio, "backward": backward, "model_bytes": nbytes, "gbps": self._gbps}
+        """Measure alpha; with comm_ratio, set the rate so that the all-reduce of all
+        parameters (bandwidth term) takes comm_ratio x the backward pass."""
+        out = super().calibrate(warmup)
+        if self.comm_ratio is not None:
+            backward = warmup.backward_time()
+            nbytes, world = warmup.model_bytes, warmup.world
+            self._gbps = ring_factor("all_reduce", world) * nbytes * 8 / (self.comm_ratio * backward) / 1e9
+            out.update(comm_ratio=self.comm_ratio, backward=backward, model_bytes=nbytes, gbps=self._gbps)
+        return out
 
     def setup_state(self) -> dict:
-        return {"gbps": self._gbps} if self.comm_ratio is not None else {}
+        return {**super().setup_state(), "gbps": self._gbps}
 
     def load_setup_state(self, state: dict) -> None:
-        if "gbps" in state:
+        super().load_setup_state(state)
+        if state.get("gbps") is not None:
             self._gbps = float(state["gbps"])

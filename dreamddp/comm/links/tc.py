@@ -79,7 +79,7 @@ class TcLink(Link):
         return {**super().describe(), "gbps": self.gbps, "latency_ms": 0.0}
 
     def model(self) -> LinkModel:
-        return LinkModel(self.gbps, 0.0, self.calibration)
+        return LinkModel(self.gbps, 0.0, self.calibration, self.alpha_s or 0.0)
 
     @staticmethod
     def launch_workers(cfg, command: list[str], env: dict) -> int:

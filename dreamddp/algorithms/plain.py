@@ -1,0 +1,24 @@
+"""Plain local training: the bare model and optimizer, no engine, no communication.
+
+The baseline of the engine's own cost: ``nosync`` runs the same training on
+the engine (flat buffers, gradient-ready hooks, per-iteration accounting) with
+nothing to synchronise, so nosync / plain is what the machinery costs.
+Replicas drift apart from the first step: not a training method.
+"""
+
+from __future__ import annotations
+
+from dreamddp.algorithms.base import ALGORITHMS, Algorithm, Display
+from dreamddp.schedule.simulator import IterPlan
+
+
+@ALGORITHMS.register
+class Plain(Algorithm):
+    name = "plain"
+    display = Display("plain (no engine)", 95)
+    uses_engine = False
+
+    @classmethod
+    def simulation(cls, ctx):
+        nothing = IterPlan()
+        return lambda t: nothing

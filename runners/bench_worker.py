@@ -1,0 +1,127 @@
+"""One benchmark job's worker: several training runs ("segments") back to back in one process group.
+
+Started by runners/bench.py under torchrun (``python -m torch.distributed.run
+--nproc-per-node N runners/bench_worker.py SPEC.json``).  Every segment is a
+complete dreamddp run (dreamddp.train.Run: build, warm-up, loop, finish) with
+its own composed config and its own run record under ``<out>/<label>/``, so the
+results tools read them like any run.  Running them in one job gives every
+algorithm of a repetition the same processes, the same warm caches and one
+link rate, and pays the start-up (imports, rendezvous) once.
+
+Order of a job: a calibration segment (``nosync`` on the ideal link) fixes the
+emulated rate from its steady-state backward pass (the link's all-reduce of
+all parameters takes ``ratio`` x backward); then the timed segments in the
+order the spec gives (rotated per repetition by the runner); then, if asked,
+memory segments: the same configs for a few iterations under torch's
+profiler, which records every tensor allocation, so peak live bytes during
+training are known per worker and per algorithm.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.distributed as dist
+from hydra import compose, initialize_config_dir
+
+import dreamddp.config  # noqa: F401  (registers schema and resolvers)
+from dreamddp import dist_env
+from dreamddp.comm.cost import ring_factor
+from dreamddp.config import CONFIG_NAME, conf_dir, validate
+from dreamddp.recorder import recorder_for
+from dreamddp.train import Run
+
+LOOP_MARK = "dreamddp.bench.loop"  # profiler range around the training loop of a memory segment
+
+
+def _compose(overrides: list[str]):
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+        return compose(CONFIG_NAME, overrides=overrides)
+
+
+def _run(ctx, overrides: list[str], run_dir: str, profile_memory: bool = False) -> Run:
+    cfg = _compose(overrides)
+    if ctx.rank == 0:
+        validate(cfg)
+    run = Run(cfg, ctx, run_dir, recorder_for(ctx.rank, cfg, run_dir))
+    if not profile_memory:
+        run.build()
+        run.set_up()
+        run.loop()
+    else:  # every tensor of this segment is allocated under the profiler: model, state, activations
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+            run.build()
+            run.set_up()
+            with torch.profiler.record_function(LOOP_MARK):
+                run.loop()
+        run.recorder.set("memory", _peak_memory(prof))
+    run.finish()
+    dist.barrier()
+    return run
+
+
+def _peak_memory(prof) -> dict:
+    """Peak live tensor bytes of the segment while it trains, from the profiler's raw
+    allocation records (each counted once, whatever thread made it; the segment built its
+    model, optimizer and algorithm under the profiler), and the live bytes when the loop began."""
+    events = prof.profiler.kineto_results.events()
+    mark = next(e for e in events if e.name() == LOOP_MARK)
+    start, end = mark.start_ns(), mark.start_ns() + mark.duration_ns()
+    allocations = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    live, before, peak = 0, 0, 0
+    for t, nbytes in allocations:
+        if t > end:
+            break
+        live += nbytes
+        if t < start:
+            before = live
+        else:
+            peak = max(peak, live)
+    return {"loop_start_bytes": before, "peak_bytes": max(peak, before),
+            "note": "live torch tensor bytes of this segment (built under the profiler) during its training loop"}
+
+
+def _calibrate(ctx, spec: dict) -> float:
+    """The emulated rate at which all-reducing every parameter takes ``ratio`` x the steady backward."""
+    run = _run(ctx, spec["base"] + ["algo=nosync", "bandwidth=ideal", f"train.iterations={spec['calibration_iterations']}"],
+               os.path.join(spec["out"], "calibration"))
+    rows = run.recorder.record.data["iterations"] if run.recorder.active else []
+    backward = [statistics.median(r["backward"] for r in rows[len(rows) // 2:])] if rows else [None]
+    dist.broadcast_object_list(backward, src=0)
+    nbytes = sum(u.nbytes for u in run.units)
+    gbps = ring_factor("all_reduce", ctx.world_size) * nbytes * 8 / (spec["ratio"] * backward[0]) / 1e9
+    if ctx.rank == 0:
+        with open(os.path.join(spec["out"], "calibration.json"), "w") as f:
+            json.dump({"backward_s": backward[0], "model_bytes": nbytes, "ratio": spec["ratio"], "gbps": gbps}, f)
+    return gbps
+
+
+def main(spec_path: str) -> None:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    ctx = dist_env.init_distributed(_compose(spec["base"]))
+    try:
+        gbps = _calibrate(ctx, spec)
+        for memory in ([False, True] if spec.get("memory") else [False]):
+            for seg in spec["segments"]:
+                if memory and not seg.get("memory", True):
+                    continue
+                link = ["bandwidth=ideal"] if seg["link"] == "ideal" else ["bandwidth=1gbit", f"bandwidth.gbps={gbps}"]
+                label = seg["label"] + ("@memory" if memory else "")
+                extra = [f"algo.schedule={os.path.join(spec['out'], seg['schedule_from'], 'schedule.json')}"] \
+                    if seg.get("schedule_from") else []
+                iterations = spec["memory_iterations"] if memory else spec["iterations"]
+                _run(ctx, spec["base"] + seg["overrides"] + link + extra + [f"train.iterations={iterations}"],
+                     os.path.join(spec["out"], label), profile_memory=memory)
+                gc.collect()
+    finally:
+        dist_env.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,240 @@
+"""A catalogue of bad input: every one refused before any worker starts, in one line naming the field.
+
+Each config group, schedule and profile files, resume directories, an output
+directory that cannot be written, traffic shaping without the privileges for it.
+The bulk runs in-process (compose + validate, the launcher's own checks,
+dreamddp-schedule's main); a subset goes through dreamddp-run, which must exit
+with status 2, print one line on stderr and leave no run directory.  Cases
+already in test_config.py, test_cli.py, test_checkpoint.py and
+test_tc_training.py are not repeated here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cli_util import RUN
+from dreamddp import launch
+from dreamddp.checkpoint import save, step_dir
+from dreamddp.config import ConfigError, validate
+
+SYNTH = ["model=gpt2", "data=synthetic", "train.batch_size=2", "cluster.nproc=2", "train.iterations=10"]
+
+# --- every config group: (overrides, start of the one line) ---------------------
+CONFIG = [
+    (["model.vocab_size=1"], "model.vocab_size=1: must be >= 2"),
+    (["data=synthetic", "data.synthetic_size=0"], "data.synthetic_size=0: must be >= 1"),
+    (["data.eval_fraction=-0.5"], "data.eval_fraction=-0.5: must be in (0, 1)"),
+    (["algo=flsgd", "algo.H=-1"], "algo.H=-1: must be >= 1"),
+    (["algo=streaming_diloco", "algo.outer_lr=0"], "algo.outer_lr=0.0: must be > 0"),
+    (["algo=streaming_diloco", "algo.outer_momentum=1.5"], "algo.outer_momentum=1.5: must be in [0, 1)"),
+    (["algo=streaming_diloco", "algo.fragment_pattern=zigzag"], "algo.fragment_pattern=zigzag: unknown value"),
+    (["bandwidth=1gbit", "bandwidth.latency_ms=-1"], "bandwidth.latency_ms=-1.0: must be >= 0"),
+    (["bandwidth=1gbit", "bandwidth.calibration=0"], "bandwidth.calibration=0.0: must be > 0"),
+    (["bandwidth=ratio7", "bandwidth.comm_ratio=0"], "bandwidth.comm_ratio=0.0: must be > 0"),
+    (["bandwidth=tc_1gbit", "bandwidth.latency_ms=5"], "bandwidth.latency_ms=5.0: not supported by backend tc"),
+    (["cluster.timeout_s=0"], "cluster.timeout_s=0.0: must be > 0"),
+    (["cluster.max_restarts=-1"], "cluster.max_restarts=-1: must be >= 0"),
+    (["cluster.dist_backend=mpi"], "cluster.dist_backend=mpi: unknown value"),
+    (["cluster.device=cpu", "cluster.dist_backend=nccl"], "cluster.dist_backend=nccl: needs cluster.device=cuda"),
+    (["cluster.nnodes=0"], "cluster.nnodes=0: must be >= 1"),
+    (["wandb.init_timeout_s=0"], "wandb.init_timeout_s=0.0: must be > 0"),
+    (["wandb.mode=ONLINE"], "wandb.mode=ONLINE: unknown value"),
+    (["train.checkpoint_keep=-1"], "train.checkpoint_keep=-1: must be >= 0"),
+    (["train.checkpoint_every=-2"], "train.checkpoint_every=-2: must be >= 0"),
+    (["train.grad_clip=-1"], "train.grad_clip=-1.0: must be >= 0"),
+    (["train.log_every=0"], "train.log_every=0: must be >= 1"),
+    (["warmup.profile_iterations=-3"], "warmup.profile_iterations=-3: must be >= 1"),
+    (["seed=-1"], "seed=-1: must be >= 0"),
+]
+
+
+def _one_line(exc: BaseException, start: str) -> None:
+    text = str(exc)
+    assert text.startswith(start) and "\n" not in text, text
+
+
+@pytest.mark.parametrize("overrides,start", CONFIG, ids=[" ".join(o) for o, _ in CONFIG])
+def test_config_groups(compose_cfg, overrides, start):
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg(overrides))
+    _one_line(info.value, start)
+
+
+def test_launcher_refuses_restarts_it_cannot_do(compose_cfg):
+    with pytest.raises(ConfigError) as info:
+        launch.check_launchable(compose_cfg(["bandwidth=tc_1gbit", "cluster.max_restarts=1"]))
+    _one_line(info.value, "cluster.max_restarts=1: bandwidth backend tc starts its workers itself")
+
+
+# --- schedule files (beyond test_cli.py's malformed/unknown/missing/range/H) ----------
+def _units() -> list[str]:
+    import torch
+
+    from dreamddp.models import build_model, model_units
+
+    with torch.device("meta"):
+        return [u.name for u in model_units(build_model("gpt2", "tiny"))]
+
+
+SCHEDULES = {  # name -> (file body from the unit names, or None for a directory; words of the line)
+    "directory": (None, "file not found"),
+    "empty": (lambda u: "", "not a schedule file"),
+    "list": (lambda u: json.dumps([{"H": 2}]), "not a schedule file"),
+    "not-an-iteration": (lambda u: json.dumps({"H": 2, "schedule": {**{n: 0 for n in u}, u[0]: "a"}}),
+                         "has no valid iteration list ('a')"),
+    "negative": (lambda u: json.dumps({"H": 2, "schedule": {**{n: 0 for n in u}, u[0]: -1}}), "outside [0, 2)"),
+    "H-zero": (lambda u: json.dumps({"H": 0, "schedule": {n: 0 for n in u}}), "H must be an integer >= 1"),
+}
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_schedule_files(tmp_path, compose_cfg, name):
+    body, words = SCHEDULES[name]
+    path = tmp_path / "schedule.json"
+    if body is None:
+        path.mkdir()
+    else:
+        path.write_text(body(_units()))
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg(["algo=dreamddp", "algo.H=2", f"algo.schedule={path}"]))
+    _one_line(info.value, f"algo.schedule={path}: ")
+    assert words in str(info.value)
+
+
+# --- profile files: dreamddp-schedule reads them (exit 2, one line) ---------------
+def _profile(tmp_path: Path, **files: str) -> Path:
+    d = tmp_path / "profile"
+    d.mkdir()
+    for name, text in files.items():
+        (d / f"{name}.json").write_text(text)
+    return d
+
+
+PROFILES = {  # name -> (files, extra argv, words of the line)
+    "missing-dir": (None, [], "profile directory not found"),
+    "no-bp": ({"comm": "{}"}, [], "missing bp.json"),
+    "torn-bp": ({"bp": '{"h.0": 0.1', "comm": "{}"}, [], "bp.json"),
+    "H-zero": ({"bp": '{"h.0": 0.1}', "comm": '{"h.0": 0.1}'}, ["--H", "0"], "--H must be >= 1"),
+    "workers-alone": ({"bp": '{"h.0": 0.1}', "comm": '{"h.0": 0.1}'}, ["--workers", "4"], "--workers and --gbps go together"),
+}
+
+
+@pytest.mark.parametrize("name", list(PROFILES))
+def test_profile_files_in_dreamddp_schedule(tmp_path, capsys, name):
+    from dreamddp.schedule_cli import main
+
+    files, argv, words = PROFILES[name]
+    d = tmp_path / "profile" if files is None else _profile(tmp_path, **files)
+    assert main([str(d), *argv, "--out", str(tmp_path / "s.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dreamddp-schedule: error: ") and err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "s.json").exists()
+
+
+# --- resume directories (beyond test_checkpoint.py's mismatches) -----------------
+def _checkpoint(tmp_path: Path, world: int = 2, **run) -> Path:
+    meta = {"model.name": "gpt2", "model.size": "tiny", "algo.name": "ssgd", "data.name": "synthetic",
+            "seed": 0, "train.batch_size": 2, "world_size": world, **run}
+    for rank in range(world):
+        save(str(tmp_path / "a"), 3, rank, {}, meta, keep=0)
+    return step_dir(tmp_path / "a", 3)
+
+
+def test_resume_from_a_directory_without_checkpoints(tmp_path, compose_cfg):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg([*SYNTH, f"train.resume={tmp_path / 'empty'}"]))
+    _one_line(info.value, f"train.resume={tmp_path / 'empty'}: no complete checkpoint")
+
+
+def test_resume_from_a_checkpoint_of_another_dataset(tmp_path, compose_cfg):
+    ckpt = _checkpoint(tmp_path, **{"data.name": "shakespeare"})
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg([*SYNTH, f"train.resume={ckpt}"]))
+    _one_line(info.value, f"train.resume={ckpt}: saved with data.name=shakespeare, this run has data.name=synthetic")
+
+
+def test_resume_from_a_torn_meta_file(tmp_path, compose_cfg):
+    ckpt = _checkpoint(tmp_path)
+    (ckpt / "meta.json").write_text('{"step": 3, "ru')
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg([*SYNTH, f"train.resume={ckpt}"]))
+    _one_line(info.value, f"train.resume={ckpt}: {ckpt / 'meta.json'} is unreadable")
+
+
+def test_resume_from_a_checkpoint_missing_a_worker_file(tmp_path, compose_cfg):
+    ckpt = _checkpoint(tmp_path)
+    (ckpt / "rank00001.pt").unlink()
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg([*SYNTH, f"train.resume={ckpt}"]))
+    _one_line(info.value, f"train.resume={ckpt}: step-0000003 lacks worker file(s) rank00001.pt")
+
+
+# --- traffic shaping without the privileges for it --------------------------------
+def test_tc_when_network_namespaces_are_not_permitted(compose_cfg, monkeypatch):
+    from dreamddp.netshape import preflight
+
+    denied = subprocess.CompletedProcess([], 1, "", "unshare: unshare failed: Operation not permitted")
+    monkeypatch.setattr(preflight.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(preflight.subprocess, "run", lambda *a, **k: denied)
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg(["bandwidth=tc_1gbit"]))
+    _one_line(info.value, "bandwidth=tc unavailable: cannot create a network namespace (unshare: unshare failed: "
+                          "Operation not permitted); use the emulated link instead")
+
+
+# --- more workers than the job can serve: real failures that start workers today ---
+def test_more_synchronisation_groups_than_units(compose_cfg):
+    with pytest.raises(ConfigError, match=r"^algo.H=100: must be between 1 and the model's \d+ units"):
+        validate(compose_cfg(["algo=plsgd_enp", "algo.H=100"]))
+
+
+def test_more_workers_than_the_data_has_batches_for(compose_cfg):
+    with pytest.raises(ConfigError, match=r"train.batch_size=4"):
+        validate(compose_cfg(["data=synthetic", "data.synthetic_size=4", "train.batch_size=4", "cluster.nproc=2"]))
+
+
+# --- through dreamddp-run: exit 2, one line, no run directory ----------------------
+def _refused(tmp_path: Path, args: list[str], start: str, run_dir: Path | None = None, prefix: list[str] = ()) -> None:
+    run_dir = run_dir or tmp_path / "run"
+    out = subprocess.run([*prefix, *RUN, *args, f"hydra.run.dir={run_dir}"], capture_output=True, text=True,
+                         timeout=180, env={**os.environ, "SLURM_JOB_ID": ""})
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {start}"), out.stderr[-2000:]
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("args,start", [
+    (["experiment=nope"], "experiment=nope: unknown option"),
+    (["cluster.timeout_s=-5"], "cluster.timeout_s=-5.0: must be > 0"),
+    (["cluster=slurm"], "cluster=slurm: not inside a SLURM job"),
+    (["wandb.init_timeout_s=0"], "wandb.init_timeout_s=0.0: must be > 0"),
+], ids=["experiment", "cluster", "launcher", "wandb"])
+def test_dreamddp_run_refuses_in_one_line(tmp_path, args, start):
+    _refused(tmp_path, [*SYNTH, *args], start)
+
+
+def test_dreamddp_run_refuses_a_torn_checkpoint(tmp_path):
+    ckpt = _checkpoint(tmp_path)
+    (ckpt / "meta.json").write_text("{")
+    _refused(tmp_path, [*SYNTH, f"train.resume={ckpt}"], f"train.resume={ckpt}: ")
+
+
+def test_dreamddp_run_refuses_an_output_directory_it_cannot_write(tmp_path):
+    parent = tmp_path / "readonly"
+    parent.mkdir()
+    run_dir = parent / "outputs" / "run"
+    if os.geteuid() == 0:  # root writes through permissions: make it a read-only file system instead
+        prefix = ["unshare", "-m", "--", "sh", "-c", f"mount -t tmpfs -o ro tmpfs {parent} && exec \"$@\"", "sh"]
+        why = "read-only file system"
+    else:
+        parent.chmod(0o555)
+        prefix, why = [], "permission denied"
+    _refused(tmp_path, SYNTH, f"hydra.run.dir={run_dir}: cannot create or write it under {parent} ({why})",
+             run_dir=run_dir, prefix=prefix)
