@@ -126,7 +126,9 @@ class Run:
             dist.broadcast_object_list(names, src=0)
             self.units = reorder_units(self.units, names[0])
         self.link = build_link(cfg.bandwidth)
-        self.comm = Communicator(link=self.link)
+        threads = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size)) * cfg.cluster.threads_per_worker
+        self.comm = Communicator(link=self.link, carrier=self.link.carrier(cfg.bandwidth.carrier, ctx.device),
+                                 hold_core=self.link.hold_core(cfg.bandwidth.hold_core, ctx.device, threads))
         if self.algo_cls.uses_engine:
             self.engine = PartialSyncEngine(self.model, self.units, self.comm, NoSync(cfg.algo),
                                             sample_every=max(1, cfg.algo.H))
@@ -166,7 +168,7 @@ class Run:
             checkpoint.restore(resumed, self.model, self.optimizer, self.lr_schedule, self.algorithm, self.data.train)
         for key, value in setup.items():
             rec.set(key, value)
-        rec.set("link", self.link.describe())
+        rec.set("link", {**self.link.describe(), "carrier": self.comm.carrier, "hold_core": self.comm.hold_core})
         rec.set("optimizer", type(self.optimizer).__name__)
         rec.set("algorithm", self.algorithm.describe())
         rec.set("units", [{"name": u.name, "numel": u.numel} for u in self.units])

@@ -85,7 +85,7 @@ def job(args, model: str, rep: int, out: str) -> float:
         "base": [*overrides, f"cluster.nproc={args.nproc}", f"algo.H={args.H}", "train.eval_every=0",
                  "train.progress=false", "wandb.mode=disabled", f"warmup.profile_iterations={args.profile_iterations}",
                  "data.eval_batches=2", f"seed={rep}"],
-        "segments": rotated(segments(MODELS[model]["bucket_mb"]), rep),
+        "segments": rotated([s for s in segments(MODELS[model]["bucket_mb"]) if not args.only or s["label"] in args.only], rep),
         "ratio": args.ratio,
         "iterations": args.iterations,
         "calibration_iterations": args.calibration_iterations,
@@ -119,6 +119,7 @@ def main(argv=None) -> int:
     p.add_argument("--calibration-iterations", type=int, default=16)
     p.add_argument("--profile-iterations", type=int, default=5, help="DreamDDP's start-up profile")
     p.add_argument("--quick", action="store_true", help="tiny models, for a smoke run of the pipeline")
+    p.add_argument("--only", nargs="+", metavar="LABEL", help="these segments only (e.g. flsgd dreamddp), to study a few")
     p.add_argument("--out", default="results/bench")
     args = p.parse_args(argv)
     if args.quick:

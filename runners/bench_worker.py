@@ -91,7 +91,10 @@ def _calibrate(ctx, spec: dict) -> float:
     run = _run(ctx, spec["base"] + ["algo=nosync", "bandwidth=ideal", f"train.iterations={spec['calibration_iterations']}"],
                os.path.join(spec["out"], "calibration"))
     rows = run.recorder.record.data["iterations"] if run.recorder.active else []
-    backward = [statistics.median(r["backward"] for r in rows[len(rows) // 2:])] if rows else [None]
+    # The middle half: the first passes warm up, and in the last ones the other ranks, which
+    # nothing keeps in step with rank 0 here, have finished and left it a core of its own.
+    n = len(rows)
+    backward = [statistics.median(r["backward"] for r in rows[n // 4: max(n // 4 + 1, 3 * n // 4)])] if rows else [None]
     dist.broadcast_object_list(backward, src=0)
     nbytes = sum(u.nbytes for u in run.units)
     gbps = ring_factor("all_reduce", ctx.world_size) * nbytes * 8 / (spec["ratio"] * backward[0]) / 1e9

@@ -6,6 +6,7 @@ import time
 import pytest
 import torch
 
+import os
 from types import SimpleNamespace
 
 from dreamddp.checks import ConfigError
@@ -153,7 +154,7 @@ def test_ideal_link():
 
 def bw(backend, gbps=None, **kw):
     return SimpleNamespace(**{"backend": backend, "gbps": gbps, "latency_ms": 0.0, "comm_ratio": None,
-                              "calibration": 1.0, "worker_gbps": None, **kw})
+                              "calibration": 1.0, "worker_gbps": None, "carrier": "auto", "hold_core": None, **kw})
 
 
 def test_build_link():
@@ -178,11 +179,26 @@ def test_build_link():
         (bw("emulated", 1.0, latency_ms=-1.0), "bandwidth.latency_ms"),
         (bw("emulated", 1.0, calibration=0.0), "bandwidth.calibration"),
         (bw("nccl", 1.0), "bandwidth.backend=nccl: unknown link"),
+        (bw("emulated", 1.0, carrier="lazy"), "bandwidth.carrier=lazy: unknown value"),
+        (bw("ideal", carrier="deferred"), "bandwidth.carrier=deferred: only a paced link"),
+        (bw("tc", 1.0, carrier="deferred"), "bandwidth.carrier=deferred: only a paced link"),
+        (bw("ideal", hold_core=True), "bandwidth.hold_core=true: only a paced link"),
     ],
 )
 def test_build_link_errors(cfg, msg):
     with pytest.raises(ConfigError, match=msg):
         build_link(cfg)
+
+
+def test_carrier_and_hold_core_resolve_per_link_and_device():
+    emu, ideal = build_link(bw("emulated", 1.0)), build_link(bw("ideal"))
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert (emu.carrier("auto", cpu), emu.carrier("auto", cuda), emu.carrier("eager", cpu)) == ("deferred", "eager", "eager")
+    assert ideal.carrier("auto", cpu) == "eager"
+    cores = len(os.sched_getaffinity(0))
+    assert emu.hold_core(None, cpu, cores + 1) and not emu.hold_core(None, cpu, cores)
+    assert not emu.hold_core(None, cuda, cores + 1) and emu.hold_core(True, cpu, 1)
+    assert not ideal.hold_core(None, cpu, cores + 1)
 
 
 # ---------------------------------------------------------------- FakeCommunicator

@@ -3,8 +3,9 @@
 Every accounted collective is launched asynchronously, reserves wire time on
 the worker's link at launch, and completes in ``Handle.wait()`` only once both
 the real collective has finished and the link's deadline has passed.  Pacing
-sleeps in the caller's thread (never spins, never blocks gloo's threads), so
-compute between launch and wait genuinely overlaps the modelled transfer.
+happens in the caller's thread (asleep, or yielding while it holds its core,
+below; never blocking gloo's threads), so compute between launch and wait
+genuinely overlaps the modelled transfer.
 
 AVG: NCCL has ``ReduceOp.AVG`` and uses it.  gloo does not, so the
 collective runs as SUM and ``wait()`` divides by the world size in the
@@ -15,10 +16,41 @@ anything), so it must not be read or written between launch and wait.
 gloo in torch 2.13 implements reduce-scatter and all-gather into flat tensors
 natively (checked in tests/test_comm_gloo.py), so no all-reduce fallback is
 needed; the link charges each with its own ring formula.
+
+Holding the core (``bandwidth.hold_core``).  With more workers than cores, a
+worker asleep in ``wait()`` lends its core to the others, whose compute then
+runs faster the longer this one waits (seen here: S-SGD's backward pass at
+half the time of local training's in the same job, 4 workers on 2 cores).  No
+cluster works that way: a worker waiting for the network keeps its GPU.
+Holding, ``wait()`` polls the clock and yields until the link's deadline
+instead of sleeping, so each worker keeps its share of the host through the
+modelled transfer, and compute times do not depend on the algorithm.  It
+still sleeps while the real collective runs: polling then would starve the
+backend's threads (a 4 KB all-reduce after compute took 25 ms instead of 10,
+with tails of 140 ms, 4 workers on 2 cores).
+
+The carrier (``bandwidth.carrier``).  On a paced link the real collective only
+carries the bytes; the link model says when they arrive.  ``eager`` starts it
+at launch, as a NIC would.  ``deferred`` starts it at the first ``wait()`` on
+any pending collective, and merges consecutive pending all-reduces on adjacent
+slices of one buffer into one real all-reduce.  Why: on CPU the backend's
+threads make little progress while the workers compute (runners/carrier_check.py:
+4 workers on 2 cores, none of 10 small all-reduces launched before 100 ms of
+compute had completed at its end), so a real collective started during
+backward completes long after the link model's deadline, and each one pays the
+backend's per-collective cost; deferred, they run as one while the worker is
+blocked anyway.  The modelled timing is untouched: every collective still
+reserves the link at launch and completes no earlier than its deadline.
+A merged all-reduce sums the same numbers, in the order gloo's ring picks for
+the longer buffer, so results equal eager launches' up to float rounding, and
+are bitwise identical on every rank (tests/test_comm_carrier.py).  Every rank issues the same real collectives in the same order,
+because pending collectives are flushed in launch order at program points
+(waits) that are the same on every rank.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -27,7 +59,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from dreamddp.comm.cost import ring_factor
+from dreamddp.comm.cost import CARRIERS, ring_factor
 from dreamddp.comm.links.base import Link
 from dreamddp.comm.links.ideal import IdealLink
 
@@ -68,21 +100,30 @@ class Handle:
         post: Callable[[], None] | None = None,
         on_complete: Callable[["Handle"], None] | None = None,
         device_sync: Callable[[], None] | None = None,
+        issue: Callable[[], None] | None = None,
+        hold_core: bool = False,
     ):
         self.record = record
+        self._hold_core = hold_core  # wait busy (yielding), not asleep: see Communicator
         self._work = work  # None: nothing real in flight (fake / trivially complete)
         # CUDA: Work.wait() only orders streams; synchronising makes "blocked" include completion.
         self._device_sync = device_sync
         self._post = post
         self._on_complete = on_complete
+        # Deferred carrier: starts the real collectives still pending (this one among them).
+        self._issue = issue
         self._lock = threading.Lock()
         self._finished = False
+
+    def started(self, work, post: Callable[[], None] | None) -> None:
+        """The deferred carrier started this collective's real work (and its post-op)."""
+        self._work, self._post, self._issue = work, post, None
 
     def done(self) -> bool:
         work = self._work  # local: a concurrent wait() may clear the attribute
         if self._finished:
             return True
-        if work is not None and not work.is_completed():
+        if self._issue is not None or (work is not None and not work.is_completed()):
             return False
         return time.perf_counter() >= self.record.deadline
 
@@ -91,13 +132,19 @@ class Handle:
         with self._lock:
             if self._finished:
                 return 0.0
+            if self._issue is not None:
+                self._issue()
             if self._work is not None:
-                self._work.wait()
+                self._work.wait()  # asleep even when holding: the backend's threads need the core
                 if self._device_sync is not None:
                     self._device_sync()
-            remaining = self.record.deadline - time.perf_counter()
-            if remaining > 0:
-                time.sleep(remaining)
+            if self._hold_core:
+                while time.perf_counter() < self.record.deadline:
+                    os.sched_yield()
+            else:
+                remaining = self.record.deadline - time.perf_counter()
+                if remaining > 0:
+                    time.sleep(remaining)
             if self._post is not None:
                 self._post()
             end = time.perf_counter()
@@ -108,6 +155,19 @@ class Handle:
         if self._on_complete is not None:
             self._on_complete(self)
         return end - t0
+
+
+def _once(fn: Callable[[], None] | None) -> Callable[[], None] | None:
+    """``fn`` shared by several handles of one merged collective: it runs on the first wait."""
+    if fn is None:
+        return None
+    done = [False]
+
+    def run() -> None:
+        if not done[0]:
+            done[0] = True
+            fn()
+    return run
 
 
 def _device_sync(t: torch.Tensor) -> Callable[[], None] | None:
@@ -137,10 +197,57 @@ def check_sizes(big_name: str, big: torch.Tensor, small_name: str, small: torch.
         raise ValueError(f"{small_name}: dtype {small.dtype} differs from {big_name} dtype {big.dtype}")
 
 
+@dataclass
+class _Pending:
+    """A collective whose real work the deferred carrier has not started yet."""
+
+    handle: Handle
+    kind: str
+    tensor: torch.Tensor  # the buffer the real collective works on (all-reduce: in place)
+    start_op: Callable[[], object]
+    post: Callable[[], None] | None
+
+
+def _adjacent(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``b`` starts where ``a`` ends in the same storage (so one flat view spans both)."""
+    return (a.dtype == b.dtype and a.device == b.device
+            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+            and a.storage_offset() + a.numel() == b.storage_offset())
+
+
+def _memory_ordered(queue: list[_Pending]) -> list[_Pending]:
+    """``queue`` with each stretch of consecutive all-reduces sorted by (buffer in order of its
+    first launch, offset); a stretch whose slices overlap keeps its launch order.  The same
+    on every rank: it depends only on the launch order and the offsets."""
+    out: list[_Pending] = []
+    stretch: list[_Pending] = []
+    for p in [*queue, None]:
+        if p is not None and p.kind == "all_reduce":
+            stretch.append(p)
+            continue
+        buffers: dict[int, int] = {}
+        for q in stretch:
+            buffers.setdefault(q.tensor.untyped_storage().data_ptr(), len(buffers))
+        ordered = sorted(stretch, key=lambda q: (buffers[q.tensor.untyped_storage().data_ptr()], q.tensor.storage_offset()))
+        overlap = any(a.tensor.untyped_storage().data_ptr() == b.tensor.untyped_storage().data_ptr()
+                      and a.tensor.storage_offset() + a.tensor.numel() > b.tensor.storage_offset()
+                      for a, b in zip(ordered, ordered[1:]))
+        out += stretch if overlap else ordered
+        stretch = []
+        if p is not None:
+            out.append(p)
+    return out
+
+
+def _span(first: torch.Tensor, numel: int) -> torch.Tensor:
+    """A flat view of ``numel`` elements of ``first``'s storage, from where ``first`` starts."""
+    return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (numel,), (1,))
+
+
 class Communicator:
     """Collectives over a process group, paced by a link, recorded for accounting."""
 
-    def __init__(self, group=None, link: Link | None = None):
+    def __init__(self, group=None, link: Link | None = None, carrier: str = "eager", hold_core: bool = False):
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("Communicator: torch.distributed is not initialised (init_process_group first)")
         self.group = group
@@ -151,6 +258,11 @@ class Communicator:
         self._lock = threading.Lock()
         self._records: list[CollectiveRecord] = []
         self._pending = 0
+        if carrier not in CARRIERS:
+            raise ValueError(f"carrier: unknown {carrier!r} (expected one of {', '.join(CARRIERS)})")
+        self.carrier = carrier
+        self.hold_core = hold_core
+        self._deferred: list[_Pending] = []
 
     # -- bookkeeping -------------------------------------------------------
     def _launch(self, kind: str, tag: str, nbytes: int) -> CollectiveRecord:
@@ -165,6 +277,10 @@ class Communicator:
             self._pending -= 1
 
     def _issue(self, record: CollectiveRecord, start_op: Callable[[], object], post, t: torch.Tensor) -> Handle:
+        if self.carrier == "deferred":
+            handle = Handle(record, None, None, self._completed, _device_sync(t), self._start_deferred, self.hold_core)
+            self._deferred.append(_Pending(handle, record.kind, t, start_op, post))
+            return handle
         # A launch that torch rejects must not linger as pending or accounted.
         try:
             work = start_op()
@@ -173,7 +289,34 @@ class Communicator:
                 self._records.remove(record)
                 self._pending -= 1
             raise
-        return Handle(record, work, post, self._completed, _device_sync(t))
+        return Handle(record, work, post, self._completed, _device_sync(t), hold_core=self.hold_core)
+
+    def _start_deferred(self) -> None:
+        """Start every pending real collective, in launch order except that each stretch of
+        consecutive all-reduces is put in memory order (buffers by first launch, then
+        offset) and those on adjacent slices of one buffer go as one all-reduce: a sum of
+        a concatenation is the concatenation of the sums (up to rounding).  Gradient hooks do not always
+        fire in the units' index order, hence the sort."""
+        queue = _memory_ordered(self._deferred)
+        self._deferred = []
+        i = 0
+        while i < len(queue):
+            j = i + 1
+            if queue[i].kind == "all_reduce":
+                while j < len(queue) and queue[j].kind == "all_reduce" and _adjacent(queue[j - 1].tensor, queue[j].tensor):
+                    j += 1
+            run = queue[i:j]
+            if len(run) == 1:
+                work, post = run[0].start_op(), run[0].post
+            else:
+                merged = _span(run[0].tensor, sum(p.tensor.numel() for p in run))
+                native = self._native_avg(merged)
+                work = dist.all_reduce(merged, op=dist.ReduceOp.AVG if native else dist.ReduceOp.SUM,
+                                       group=self.group, async_op=True)
+                post = _once(self._div_post(merged, native))
+            for p in run:
+                p.handle.started(work, post)
+            i = j
 
     def drain(self) -> list[CollectiveRecord]:
         with self._lock:
@@ -255,3 +398,7 @@ class Communicator:
 
     def all_reduce_max(self, values: torch.Tensor) -> None:
         dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self.group)
+
+    def all_reduce_mean(self, values: torch.Tensor) -> None:
+        dist.all_reduce(values, op=dist.ReduceOp.SUM, group=self.group)
+        values.div_(self.world_size)

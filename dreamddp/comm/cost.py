@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather")
+# How the real collectives carry the bytes under a paced link (comm/communicator.py).
+CARRIERS = ("eager", "deferred")
 
 
 def _check_kind(kind: str) -> None:

@@ -124,6 +124,9 @@ class FakeCommunicator:
         peers = self._peers("all_reduce_max", "", values)
         values.copy_(torch.stack(peers).amax(dim=0))
 
+    def all_reduce_mean(self, values: torch.Tensor) -> None:
+        values.copy_(self._mean(self._peers("all_reduce_mean", "", values)))
+
     def drain(self) -> list[CollectiveRecord]:
         records, self._records = self._records, []
         return records

@@ -126,6 +126,16 @@ class BandwidthConfig:
     # [1, 1, 1, 0.25] for one slow worker; None = every worker at gbps, which stays
     # the nominal rate in the run record. The emulated link models one rate only.
     worker_gbps: Optional[list[float]] = None
+    # How the real collectives carry the bytes under a paced link: eager (started at
+    # launch) | deferred (started at the first wait, adjacent all-reduces merged: on CPU,
+    # gloo gets no cycles while the workers compute) | auto (deferred for the emulated
+    # link on CPU, else eager). The link model's timing is the same either way.
+    carrier: str = "auto"
+    # While a worker waits for the paced link: true = it keeps its core (polls and yields),
+    # as a worker waiting for the network keeps its GPU | false = it sleeps, lending the
+    # core to other workers on the host, which then compute faster | null (auto) = true
+    # for the emulated link on CPU when this host runs more worker threads than it has cores.
+    hold_core: Optional[bool] = None
 
 
 @dataclass

@@ -5,7 +5,7 @@ ones the DreamDDP authors' profiles are keyed by ("transformer.h.0.attn.c_attn",
 "model.layers.0.mlp.up_proj", "lm_head" ...).  Weights are randomly
 initialised by transformers' ``_init_weights`` from the torch RNG, so the
 caller seeds torch beforehand.  Dropout keeps each config's defaults (GPT-2
-0.1, Llama 0.0).
+0.1, Llama 0.0) unless a preset sets it (GPT-2 small: 0, see models/__init__.py).
 
 Attention uses "sdpa" (torch's scaled_dot_product_attention), which runs on
 CPU and GPU; its leaf modules are the same as "eager"'s, and tests check that
@@ -40,12 +40,15 @@ def _causal_lm_loss(model: nn.Module) -> nn.Module:
 
 
 def build_gpt2(
-    *, n_layer: int, n_embd: int, n_head: int, n_positions: int, vocab_size: int
+    *, n_layer: int, n_embd: int, n_head: int, n_positions: int, vocab_size: int, dropout: float | None = None
 ) -> nn.Module:
-    """GPT2LMHeadModel; lm_head.weight is tied to transformer.wte.weight."""
+    """GPT2LMHeadModel; lm_head.weight is tied to transformer.wte.weight.  ``dropout`` sets
+    the embedding, attention and residual dropout (None: GPT-2's 0.1)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    drop = {} if dropout is None else {"embd_pdrop": dropout, "attn_pdrop": dropout, "resid_pdrop": dropout}
     config = GPT2Config(
+        **drop,
         n_layer=n_layer,
         n_embd=n_embd,
         n_head=n_head,

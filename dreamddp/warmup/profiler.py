@@ -15,9 +15,14 @@ Runs on every worker of the real job, on the real model, data and link:
 * the optimizer step (with clipping) as ``step_time``.
 
 ``iterations`` unperturbed passes are timed (plus as many hooked ones and
-``warmup`` dropped ones); means over them; then every rank takes
-the element-wise maximum so all ranks agree on one profile (and so schedule
-identically).  Training state (parameters, optimizer state, buffers such as
+``warmup`` dropped ones).  Per unit the median over passes, rescaled so the
+units sum to the median pass (a pass that lost its core for a while moves a
+median little and a mean a lot); then the mean over ranks, so all ranks agree on
+one profile (and so schedule identically).  Not the element-wise maximum:
+with more workers than cores, each unit's maximum over ranks catches some
+rank's stall, and the sum of those maxima overstated the backward pass by 60%
+(4 workers, 2 cores), which led bubble filling to add syncs that the real
+backward pass could not hide.  Training state (parameters, optimizer state, buffers such as
 BatchNorm statistics) is snapshotted before and restored after.
 """
 
@@ -91,12 +96,10 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
         _restore(engine, optimizer, state)
 
     comm_t = _comm_times(engine, comm, comm_repeats)
-    fwd = torch.tensor([statistics.fmean(x) if x else 0.0 for x in fwd_unit], dtype=torch.float64)
-    fwd_total = statistics.fmean(fwd_tot)
-    fwd = fwd * (fwd_total / fwd.sum()) if fwd.sum() > 0 else torch.full_like(fwd, fwd_total / len(units))
-    bwd = torch.tensor([statistics.fmean(x) for x in bwd_unit], dtype=torch.float64)
-    vec = torch.cat([fwd, bwd, comm_t, torch.tensor([statistics.fmean(steps)], dtype=torch.float64)])
-    comm.all_reduce_max(vec)  # all ranks agree: the slowest worker sets the pace
+    fwd = _shares(fwd_unit, statistics.median(fwd_tot))
+    bwd = _shares(bwd_unit, statistics.median(bwd_tot))
+    vec = torch.cat([fwd, bwd, comm_t, torch.tensor([statistics.median(steps)], dtype=torch.float64)])
+    comm.all_reduce_mean(vec)  # all ranks agree on the typical worker
     n = len(units)
     fwd, bwd, comm_t, step = vec[:n].tolist(), vec[n : 2 * n].tolist(), vec[2 * n : 3 * n].tolist(), float(vec[-1])
     names = [u.name for u in units]
@@ -110,6 +113,12 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
         meta={"iterations": iterations, "warmup": warmup, "forward_total": sum(fwd), "backward_total": sum(bwd),
               "world": comm.world_size, **(meta or {})},
     )
+
+
+def _shares(samples: list[list[float]], total: float) -> torch.Tensor:
+    """Per-unit medians over passes, rescaled to sum to ``total`` (equal shares if none timed)."""
+    med = torch.tensor([statistics.median(x) if x else 0.0 for x in samples], dtype=torch.float64)
+    return med * (total / med.sum()) if med.sum() > 0 else torch.full_like(med, total / len(samples))
 
 
 def _comm_times(engine, comm, repeats: int) -> torch.Tensor:

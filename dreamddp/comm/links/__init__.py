@@ -8,8 +8,10 @@ import_all(__name__, __path__)
 
 
 def build_link(bandwidth) -> Link:
-    """The link the ``bandwidth`` config section describes."""
-    return LINKS.lookup(bandwidth.backend).from_config(bandwidth)
+    """The link the ``bandwidth`` config section describes (its rules checked first)."""
+    cls = LINKS.lookup(bandwidth.backend)
+    cls.check(bandwidth, None)
+    return cls.from_config(bandwidth)
 
 
 __all__ = ["LINKS", "Link", "build_link"]

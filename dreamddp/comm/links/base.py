@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from dreamddp.checks import ConfigError
-from dreamddp.comm.cost import LinkModel
+from dreamddp.checks import ConfigError, choice
+from dreamddp.comm.cost import CARRIERS, LinkModel
 
 
 class Link:
@@ -32,9 +32,21 @@ class Link:
     @classmethod
     def check(cls, bandwidth, cluster) -> None:
         """Refuse bad ``bandwidth`` fields for this link (one line, naming the field)."""
+        cls.check_waits(bandwidth)
         if bandwidth.worker_gbps is not None:
             raise ConfigError(f"bandwidth.worker_gbps: per-worker rates need a link that models them "
                               f"(bandwidth backend tc); the {cls.name} link has one rate for all workers")
+
+    @classmethod
+    def check_waits(cls, bandwidth) -> None:
+        """The carrier and core-holding options: only a paced link has waits of its own."""
+        choice("bandwidth.carrier", bandwidth.carrier, ("auto", *CARRIERS))
+        if bandwidth.carrier == "deferred" and not cls.paced:
+            raise ConfigError(f"bandwidth.carrier=deferred: only a paced link (emulated) can defer its real "
+                              f"collectives; on the {cls.name} link the real traffic is what is measured")
+        if bandwidth.hold_core and not cls.paced:
+            raise ConfigError(f"bandwidth.hold_core=true: only a paced link (emulated) has waits of its own to "
+                              f"hold a core through; the {cls.name} link's waits are the real collectives'")
 
     @classmethod
     def check_host(cls, cfg) -> None:
@@ -51,6 +63,16 @@ class Link:
     def reserve(self, kind: str, nbytes: int, world: int, now: float) -> tuple[float, float]:
         """Return (start, deadline) in ``time.perf_counter()`` seconds; no pacing by default."""
         return now, now
+
+    def carrier(self, requested: str, device) -> str:
+        """How the real collectives run (comm/communicator.py): always at launch here,
+        since an unpaced link's real traffic is the measurement."""
+        return "eager"
+
+    def hold_core(self, requested: bool | None, device, threads: int) -> bool:
+        """Whether a waiting worker keeps its core (comm/communicator.py); ``threads``: the
+        worker threads this host runs.  Never here: nothing is paced."""
+        return False
 
     def describe(self) -> dict:
         """Plain-data description for the run record."""

@@ -19,6 +19,7 @@ link refuses to pace.
 from __future__ import annotations
 
 import math
+import os
 import threading
 
 from dreamddp.checks import ConfigError, at_least, positive
@@ -57,7 +58,6 @@ class EmulatedLink(Link):
 
     @classmethod
     def from_config(cls, bandwidth) -> "EmulatedLink":
-        cls.check(bandwidth, None)
         return cls(bandwidth.gbps, bandwidth.latency_ms, bandwidth.calibration, bandwidth.comm_ratio)
 
     @property
@@ -88,6 +88,21 @@ class EmulatedLink(Link):
 
     def model(self) -> LinkModel:
         return LinkModel(self._gbps, self.latency_ms / 1e3, self.calibration, self.alpha_s or 0.0)
+
+    def carrier(self, requested: str, device) -> str:
+        """``auto``: deferred on CPU, where the workers' compute starves gloo's threads;
+        eager on GPUs, whose collectives run on their own streams."""
+        if requested != "auto":
+            return requested
+        return "eager" if getattr(device, "type", str(device)) == "cuda" else "deferred"
+
+    def hold_core(self, requested: bool | None, device, threads: int) -> bool:
+        """``None`` (auto): on CPU, when the host's worker threads outnumber its cores (a
+        sleeping worker would lend its core to the others)."""
+        if requested is not None:
+            return requested
+        cpu = getattr(device, "type", str(device)) != "cuda"
+        return cpu and threads > len(os.sched_getaffinity(0))
 
     @property
     def needs_calibration(self) -> bool:

@@ -33,6 +33,7 @@ class TcLink(Link):
 
     @classmethod
     def check(cls, bandwidth, cluster) -> None:
+        cls.check_waits(bandwidth)
         if bandwidth.gbps is None:
             raise ConfigError("bandwidth.gbps: required for backend tc (a fixed rate for the shaper)")
         positive("bandwidth.gbps", bandwidth.gbps)
@@ -72,7 +73,6 @@ class TcLink(Link):
 
     @classmethod
     def from_config(cls, bandwidth) -> "TcLink":
-        cls.check(bandwidth, None)
         return cls(bandwidth.gbps, bandwidth.calibration)
 
     def describe(self) -> dict:

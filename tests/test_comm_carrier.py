@@ -1,0 +1,114 @@
+"""The deferred carrier (``bandwidth.carrier=deferred``) against the eager one, on real gloo workers.
+
+Deferred, a collective's real work starts at the first ``wait()`` on any
+pending one, and adjacent all-reduces go as one.  What must not change: the
+numbers (the same sums; gloo's ring adds them in an order that depends on the
+buffer's length, so equal up to rounding, and still bitwise identical on every
+rank) and the link model's timing (every collective reserves the link at
+launch).  What must change: fewer real collectives, none before a wait.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from dist_util import run_workers
+from dreamddp.comm import communicator
+from dreamddp.comm.communicator import Communicator
+from dreamddp.comm.links.emulated import EmulatedLink
+from dreamddp.engine.engine import PartialSyncEngine
+from dreamddp.engine.units import enumerate_units
+from engine_fixtures import build, engine_step, make_opt, small_model
+
+
+class _Counting:
+    """Counts the real collectives started: wraps torch.distributed.all_reduce and the
+    communicator's reduce-scatter."""
+
+    TARGETS = ((dist, "all_reduce"), (communicator, "_reduce_scatter"))
+
+    def __init__(self):
+        self.calls: list[str] = []
+        self._saved = [(mod, name, getattr(mod, name)) for mod, name in self.TARGETS]
+        for mod, name, fn in self._saved:
+            setattr(mod, name, self._wrap(name, fn))
+
+    def _wrap(self, name, fn):
+        def counted(*a, **kw):
+            self.calls.append(name)
+            return fn(*a, **kw)
+        return counted
+
+    def restore(self):
+        for mod, name, fn in self._saved:
+            setattr(mod, name, fn)
+
+
+def _exchange(rank, world, carrier):
+    """Launch a mix of collectives, then wait; returns results, real calls and link times."""
+    gen = torch.Generator().manual_seed(rank)
+    flat = torch.randn(1000, generator=gen)
+    other = torch.randn(64, generator=gen)  # a separate buffer: never merged with ``flat``'s slices
+    rs_in = torch.randn(16 * world, generator=gen)
+    rs_out = torch.empty(16)
+    comm = Communicator(link=EmulatedLink(gbps=10.0, alpha_s=0.0), carrier=carrier)
+    counting = _Counting()
+    try:
+        handles = [comm.all_reduce_avg(flat[0:100]), comm.all_reduce_avg(flat[100:350]),
+                   comm.all_reduce_avg(flat[350:351]),
+                   comm.reduce_scatter_avg(rs_in, rs_out),  # not an all-reduce: breaks the run
+                   comm.all_reduce_avg(flat[351:600]),
+                   comm.all_reduce_avg(flat[700:1000]),  # a gap after 600: its own collective
+                   comm.all_reduce_avg(other)]
+        before = list(counting.calls)
+        done_before = [h.done() for h in handles]
+        handles[-1].wait()  # the last one's wait starts them all
+        for h in handles:
+            h.wait()
+    finally:
+        counting.restore()
+    records = comm.drain()
+    synced = torch.cat([flat[:600], flat[700:]])  # [600:700] is never sent: each rank keeps its own
+    return {"flat": synced, "other": other, "rs": rs_out, "calls_before_wait": before, "calls": counting.calls,
+            "done_before": done_before, "reserved": [r.deadline - r.start for r in records]}
+
+
+def test_deferred_carrier_is_bitwise_eager_with_merged_collectives():
+    eager = run_workers(_exchange, 4, "eager")
+    deferred = run_workers(_exchange, 4, "deferred")
+    for e, d in zip(eager, deferred):
+        for key in ("flat", "other", "rs"):
+            torch.testing.assert_close(d[key], e[key], rtol=1e-6, atol=1e-6)
+        for key in ("flat", "other"):  # averaged buffers: replicas agree bitwise (rs is a shard each)
+            assert torch.equal(d[key], deferred[0][key]), key
+        assert d["reserved"] == pytest.approx(e["reserved"])  # the link model's time per collective
+        assert len(e["calls_before_wait"]) == 7 and len(e["calls"]) == 7
+        assert d["calls_before_wait"] == [] and not any(d["done_before"])
+        # [0:351] as one, the reduce-scatter, [351:600], [700:1000], ``other``.
+        assert len(d["calls"]) == 5 and d["calls"].count("all_reduce") == 4
+    mean = torch.stack([e["flat"] for e in eager]).mean(0)
+    torch.testing.assert_close(eager[0]["flat"], mean)  # the average itself, as a sanity check
+
+
+def _train(rank, world, name, carrier, kw):
+    torch.manual_seed(0)
+    model = small_model()
+    engine = PartialSyncEngine(model, enumerate_units(model), Communicator(carrier=carrier), build(name, **kw))
+    opt, _ = make_opt("adam", model)
+    for t in range(6):
+        engine_step(engine, model, opt, t, rank, clip=1.0)
+    engine.close()
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+
+
+@pytest.mark.parametrize("name, kw", [
+    ("ssgd", {}), ("ascwfbp", {"bucket_mb": 0.0001}), ("plsgd_enp", {"H": 3}), ("flsgd", {"H": 2}),
+    ("dear", {"bucket_mb": 0.0001}), ("streaming_diloco", {"H": 2, "fragments": 2, "tau": 1}),
+])
+def test_training_is_the_same_under_either_carrier(name, kw):
+    eager = run_workers(_train, 2, name, "eager", kw)
+    deferred = run_workers(_train, 2, name, "deferred", kw)
+    for e, d in zip(eager, deferred):
+        torch.testing.assert_close(d, e, rtol=1e-5, atol=1e-6)
