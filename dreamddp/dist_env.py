@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Optional
 
 from dreamddp.checks import ConfigError, at_least, choice, positive
@@ -44,6 +44,8 @@ class DistContext:
     local_rank: int
     device: "torch.device"
     backend: str  # the torch.distributed backend actually used
+    # How this worker shares its host (CPU): local workers, cores, pinning, CPU quota.
+    host: dict = field(default_factory=dict)
 
     @property
     def is_main(self) -> bool:
@@ -63,6 +65,8 @@ def check(cluster) -> None:
         raise ConfigError("cluster.dist_backend=nccl: needs cluster.device=cuda (use gloo on cpu)")
     positive("cluster.timeout_s", cluster.timeout_s)
     at_least("cluster.max_restarts", cluster.max_restarts, 0)
+    if cluster.cpu_quota is not None:
+        at_least("cluster.cpu_quota", cluster.cpu_quota, 0)
 
 
 def first_host(nodelist: str) -> str:
@@ -161,7 +165,43 @@ def init_distributed(cfg: "DictConfig", environ: Optional[Mapping[str, str]] = N
         device = torch.device("cpu")
     dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size,
                             timeout=timedelta(seconds=float(cfg.cluster.timeout_s)))
-    return DistContext(env.rank, env.world_size, env.local_rank, device, backend)
+    host = share_host(cfg.cluster, env) if device_type == "cpu" else {}
+    return DistContext(env.rank, env.world_size, env.local_rank, device, backend, host)
+
+
+_CPU_GROUP: list = [None]  # this worker's CPU-quota group, released at shutdown
+
+
+def share_host(cluster, env: WorkerEnv) -> dict:
+    """Pin and cap this CPU worker's compute thread as ``cluster.*`` asks (after the process
+    group started, so the backend's threads stay free); what was done, for the run record."""
+    from dreamddp import cpu_share
+
+    cores = len(os.sched_getaffinity(0))
+    workers, threads = env.local_world_size, int(cluster.threads_per_worker)
+    pinned = pin_cores(cluster, env.local_rank, workers)
+    quota = cpu_share.share(cluster.cpu_quota, workers, threads, cores)
+    group, note = cpu_share.apply(quota) if quota else (None, "not capped")
+    _CPU_GROUP[0] = group
+    return {"local_workers": workers, "cores": cores, "oversubscribed": workers * threads > cores,
+            "pinned": sorted(pinned) if pinned else None, "cpu_quota": quota if group else None,
+            "cpu_quota_note": note}
+
+
+def pin_cores(cluster, local_rank: int, workers: int) -> set[int] | None:
+    """Pin this (the compute) thread per ``cluster.pin_cores``; returns the cores, None if not
+    pinned.  Threads started before (gloo's) keep floating over every core."""
+    cores = sorted(os.sched_getaffinity(0))
+    threads = int(cluster.threads_per_worker)
+    wanted = cluster.pin_cores if cluster.pin_cores is not None else workers * threads > len(cores)
+    if not wanted:
+        return None
+    if workers * threads <= len(cores):  # a block of its own
+        mine = set(cores[local_rank * threads:(local_rank + 1) * threads])
+    else:  # shared round robin: ranks r and r + len(cores) share core r
+        mine = {cores[(local_rank * threads + i) % len(cores)] for i in range(threads)}
+    os.sched_setaffinity(0, mine)
+    return mine
 
 
 def shutdown(clean: bool = True) -> None:
@@ -172,7 +212,11 @@ def shutdown(clean: bool = True) -> None:
     """
     import torch.distributed as dist
 
+    from dreamddp import cpu_share
+
     if dist.is_available() and dist.is_initialized():
         if clean:
             dist.barrier()
         dist.destroy_process_group()
+    cpu_share.release(_CPU_GROUP[0])
+    _CPU_GROUP[0] = None

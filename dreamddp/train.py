@@ -96,6 +96,7 @@ class Run:
         self.algo_cls = ALGORITHMS.lookup(cfg.algo.name)
         self.task = MODELS[cfg.model.name].task
         self.start = 0  # first iteration to run (a checkpoint's step when resuming)
+        self.next: int | None = None  # next iteration loop() runs (None: loop not started)
         self.warmup: Warmup | None = None
 
     # ---- 1. build -----------------------------------------------------------------
@@ -126,9 +127,10 @@ class Run:
             dist.broadcast_object_list(names, src=0)
             self.units = reorder_units(self.units, names[0])
         self.link = build_link(cfg.bandwidth)
-        threads = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size)) * cfg.cluster.threads_per_worker
+        # A waiting worker must not lend its core where nothing else stops it (no CPU quota).
+        contended = bool(ctx.host.get("oversubscribed")) and not ctx.host.get("cpu_quota")
         self.comm = Communicator(link=self.link, carrier=self.link.carrier(cfg.bandwidth.carrier, ctx.device),
-                                 hold_core=self.link.hold_core(cfg.bandwidth.hold_core, ctx.device, threads))
+                                 hold_core=self.link.hold_core(cfg.bandwidth.hold_core, ctx.device, contended))
         if self.algo_cls.uses_engine:
             self.engine = PartialSyncEngine(self.model, self.units, self.comm, NoSync(cfg.algo),
                                             sample_every=max(1, cfg.algo.H))
@@ -173,15 +175,23 @@ class Run:
         rec.set("algorithm", self.algorithm.describe())
         rec.set("units", [{"name": u.name, "numel": u.numel} for u in self.units])
         rec.set("world_size", self.ctx.world_size)
+        rec.set("host", self.ctx.host)  # local workers, cores, pinning, CPU quota (dist_env.share_host)
         rec.set("samples_per_epoch_per_worker", self.data.samples_per_epoch)
         rec.flush()
 
     # ---- 3. the training loop -------------------------------------------------------
-    def loop(self) -> None:
+    def loop(self, until: int | None = None) -> None:
+        """Train up to iteration ``until`` (default: all of ``train.iterations``).  Callable in
+        chunks, with pause() / resume() around the gaps: runners/bench_worker.py interleaves
+        several runs window by window so that they share the host's slow and fast spells."""
         cfg, tc, engine, rec = self.cfg, self.cfg.train, self.engine, self.recorder
-        run_meta = checkpoint.describe_run(cfg, self.ctx.world_size)
-        progress = Progress(tc.iterations - self.start, enabled=rec.active and tc.progress)
-        for t in range(self.start, tc.iterations):
+        if self.next is None:
+            self.next = self.start
+            self._run_meta = checkpoint.describe_run(cfg, self.ctx.world_size)
+            self._progress = Progress(tc.iterations - self.start, enabled=rec.active and tc.progress)
+        run_meta, progress = self._run_meta, self._progress
+        end = tc.iterations if until is None else min(until, tc.iterations)
+        for t in range(self.next, end):
             batch = self.to_dev(next(self.data.train))
             engine.begin_iteration(t)
             t0 = engine.clock()
@@ -221,8 +231,17 @@ class Run:
                 rec.checkpoint({"iteration": t, "step": t + 1, "dir": os.path.relpath(saved, self.run_dir)})
                 if stop:
                     raise preempt.Preempted(t + 1)
-        engine.close()
-        progress.close()
+            self.next = t + 1
+        if self.next == tc.iterations:
+            engine.close()
+            progress.close()
+
+    def pause(self) -> None:
+        """Between two chunks of loop(): the link's clock stops (comm/communicator.py)."""
+        self.comm.pause()
+
+    def resume(self) -> None:
+        self.comm.resume()
 
     # ---- 4. finish --------------------------------------------------------------------
     def finish(self) -> None:

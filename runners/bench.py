@@ -1,10 +1,10 @@
 """``make bench``: every algorithm side by side in the paper's regime, interleaved and repeated.
 
 Per repetition and model, one job (runners/bench_worker.py under torchrun,
-``--nproc`` workers) runs a calibration segment, then every segment below
-back to back in one process group, in an order rotated by one per repetition
-(DreamDDP's overlap variant stays right after DreamDDP, whose schedule it
-reuses).  Emulated segments share one link whose all-reduce of all parameters
+``--nproc`` workers) runs a calibration segment, then every segment below in
+one process group, interleaved one H-window at a time, in an order rotated by
+one per repetition and per round (DreamDDP's overlap variant is set up right
+after DreamDDP, whose schedule it reuses).  Emulated segments share one link whose all-reduce of all parameters
 takes ``--ratio`` x the steady-state backward pass; the engine-overhead
 segments run on the ideal link.  The first repetition also measures peak
 tensor memory per algorithm (profiled segments, after the timed ones).  Then
@@ -84,10 +84,11 @@ def job(args, model: str, rep: int, out: str) -> float:
         "out": out,
         "base": [*overrides, f"cluster.nproc={args.nproc}", f"algo.H={args.H}", "train.eval_every=0",
                  "train.progress=false", "wandb.mode=disabled", f"warmup.profile_iterations={args.profile_iterations}",
-                 "data.eval_batches=2", f"seed={rep}"],
+                 "data.eval_batches=2", f"seed={rep}", *args.set],
         "segments": rotated([s for s in segments(MODELS[model]["bucket_mb"]) if not args.only or s["label"] in args.only], rep),
         "ratio": args.ratio,
         "iterations": args.iterations,
+        "chunk": args.H,  # iterations of one segment per turn when they are interleaved: one window
         "calibration_iterations": args.calibration_iterations,
         "memory": rep == 0,
         "memory_iterations": 4,
@@ -120,6 +121,7 @@ def main(argv=None) -> int:
     p.add_argument("--profile-iterations", type=int, default=5, help="DreamDDP's start-up profile")
     p.add_argument("--quick", action="store_true", help="tiny models, for a smoke run of the pipeline")
     p.add_argument("--only", nargs="+", metavar="LABEL", help="these segments only (e.g. flsgd dreamddp), to study a few")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every segment")
     p.add_argument("--out", default="results/bench")
     args = p.parse_args(argv)
     if args.quick:

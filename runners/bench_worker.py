@@ -10,11 +10,16 @@ link rate, and pays the start-up (imports, rendezvous) once.
 
 Order of a job: a calibration segment (``nosync`` on the ideal link) fixes the
 emulated rate from its steady-state backward pass (the link's all-reduce of
-all parameters takes ``ratio`` x backward); then the timed segments in the
-order the spec gives (rotated per repetition by the runner); then, if asked,
-memory segments: the same configs for a few iterations under torch's
-profiler, which records every tensor allocation, so peak live bytes during
-training are known per worker and per algorithm.
+all parameters takes ``ratio`` x backward); then the timed segments are built
+and warmed up one after the other, and trained interleaved: ``chunk``
+iterations (one H-window) of each in turn, in an order rotated every round,
+with the link's clock of the others paused (dreamddp.train.Run.pause), so
+every algorithm samples the same slow and fast spells of a shared host (its
+speed drifts by 20-30% over tens of seconds here, more than the differences
+being measured); then, if asked, memory segments, one after the other: the
+same configs for a few iterations under torch's profiler, which records every
+tensor allocation, so peak live bytes during training are known per worker and
+per algorithm.
 """
 
 from __future__ import annotations
@@ -44,11 +49,36 @@ def _compose(overrides: list[str]):
         return compose(CONFIG_NAME, overrides=overrides)
 
 
-def _run(ctx, overrides: list[str], run_dir: str, profile_memory: bool = False) -> Run:
+def _new_run(ctx, overrides: list[str], run_dir: str) -> Run:
     cfg = _compose(overrides)
     if ctx.rank == 0:
         validate(cfg)
-    run = Run(cfg, ctx, run_dir, recorder_for(ctx.rank, cfg, run_dir))
+    return Run(cfg, ctx, run_dir, recorder_for(ctx.rank, cfg, run_dir))
+
+
+def _interleaved(ctx, segments: list[tuple[list[str], str]], chunk: int) -> None:
+    """Build and warm up every segment, then train them ``chunk`` iterations at a time in turn."""
+    runs = []
+    for overrides, run_dir in segments:
+        run = _new_run(ctx, overrides, run_dir)
+        run.build()
+        run.set_up()
+        run.pause()
+        runs.append(run)
+    total = max(r.cfg.train.iterations for r in runs)
+    for k, lo in enumerate(range(0, total, chunk)):
+        for run in runs[k % len(runs):] + runs[:k % len(runs)]:
+            dist.barrier()  # every turn starts with the ranks together
+            run.resume()
+            run.loop(until=lo + chunk)
+            run.pause()
+    for run in runs:
+        run.finish()
+    dist.barrier()
+
+
+def _run(ctx, overrides: list[str], run_dir: str, profile_memory: bool = False) -> Run:
+    run = _new_run(ctx, overrides, run_dir)
     if not profile_memory:
         run.build()
         run.set_up()
@@ -110,18 +140,22 @@ def main(spec_path: str) -> None:
     ctx = dist_env.init_distributed(_compose(spec["base"]))
     try:
         gbps = _calibrate(ctx, spec)
-        for memory in ([False, True] if spec.get("memory") else [False]):
+
+        def segment(seg, memory: bool) -> tuple[list[str], str]:
+            link = ["bandwidth=ideal"] if seg["link"] == "ideal" else ["bandwidth=1gbit", f"bandwidth.gbps={gbps}"]
+            extra = [f"algo.schedule={os.path.join(spec['out'], seg['schedule_from'], 'schedule.json')}"] \
+                if seg.get("schedule_from") else []
+            iterations = spec["memory_iterations"] if memory else spec["iterations"]
+            return (spec["base"] + seg["overrides"] + link + extra + [f"train.iterations={iterations}"],
+                    os.path.join(spec["out"], seg["label"] + ("@memory" if memory else "")))
+
+        _interleaved(ctx, [segment(seg, False) for seg in spec["segments"]], spec["chunk"])
+        gc.collect()
+        if spec.get("memory"):
             for seg in spec["segments"]:
-                if memory and not seg.get("memory", True):
-                    continue
-                link = ["bandwidth=ideal"] if seg["link"] == "ideal" else ["bandwidth=1gbit", f"bandwidth.gbps={gbps}"]
-                label = seg["label"] + ("@memory" if memory else "")
-                extra = [f"algo.schedule={os.path.join(spec['out'], seg['schedule_from'], 'schedule.json')}"] \
-                    if seg.get("schedule_from") else []
-                iterations = spec["memory_iterations"] if memory else spec["iterations"]
-                _run(ctx, spec["base"] + seg["overrides"] + link + extra + [f"train.iterations={iterations}"],
-                     os.path.join(spec["out"], label), profile_memory=memory)
-                gc.collect()
+                if seg.get("memory", True):
+                    _run(ctx, *segment(seg, True), profile_memory=True)
+                    gc.collect()
     finally:
         dist_env.shutdown()
 

@@ -5,7 +5,8 @@ pending one, and adjacent all-reduces go as one.  What must not change: the
 numbers (the same sums; gloo's ring adds them in an order that depends on the
 buffer's length, so equal up to rounding, and still bitwise identical on every
 rank) and the link model's timing (every collective reserves the link at
-launch).  What must change: fewer real collectives, none before a wait.
+launch).  What must change: fewer real collectives (adjacent slices merged in place,
+small ones packed), none before a wait.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def _exchange(rank, world, carrier):
     flat = torch.randn(1000, generator=gen)
     other = torch.randn(64, generator=gen)  # a separate buffer: never merged with ``flat``'s slices
     rs_in = torch.randn(16 * world, generator=gen)
+    big = torch.randn(80_000, generator=gen)  # 320 KB: above PACK_BYTES, so it goes in place
     rs_out = torch.empty(16)
     comm = Communicator(link=EmulatedLink(gbps=10.0, alpha_s=0.0), carrier=carrier)
     counting = _Counting()
@@ -60,7 +62,8 @@ def _exchange(rank, world, carrier):
                    comm.all_reduce_avg(flat[350:351]),
                    comm.reduce_scatter_avg(rs_in, rs_out),  # not an all-reduce: breaks the run
                    comm.all_reduce_avg(flat[351:600]),
-                   comm.all_reduce_avg(flat[700:1000]),  # a gap after 600: its own collective
+                   comm.all_reduce_avg(flat[700:1000]),  # a gap after 600: not adjacent
+                   comm.all_reduce_avg(big),
                    comm.all_reduce_avg(other)]
         before = list(counting.calls)
         done_before = [h.done() for h in handles]
@@ -71,7 +74,7 @@ def _exchange(rank, world, carrier):
         counting.restore()
     records = comm.drain()
     synced = torch.cat([flat[:600], flat[700:]])  # [600:700] is never sent: each rank keeps its own
-    return {"flat": synced, "other": other, "rs": rs_out, "calls_before_wait": before, "calls": counting.calls,
+    return {"flat": synced, "other": other, "big": big, "rs": rs_out, "calls_before_wait": before, "calls": counting.calls,
             "done_before": done_before, "reserved": [r.deadline - r.start for r in records]}
 
 
@@ -79,15 +82,16 @@ def test_deferred_carrier_is_bitwise_eager_with_merged_collectives():
     eager = run_workers(_exchange, 4, "eager")
     deferred = run_workers(_exchange, 4, "deferred")
     for e, d in zip(eager, deferred):
-        for key in ("flat", "other", "rs"):
+        for key in ("flat", "other", "big", "rs"):
             torch.testing.assert_close(d[key], e[key], rtol=1e-6, atol=1e-6)
-        for key in ("flat", "other"):  # averaged buffers: replicas agree bitwise (rs is a shard each)
+        for key in ("flat", "other", "big"):  # averaged buffers: replicas agree bitwise (rs is a shard each)
             assert torch.equal(d[key], deferred[0][key]), key
         assert d["reserved"] == pytest.approx(e["reserved"])  # the link model's time per collective
-        assert len(e["calls_before_wait"]) == 7 and len(e["calls"]) == 7
+        assert len(e["calls_before_wait"]) == 8 and len(e["calls"]) == 8
         assert d["calls_before_wait"] == [] and not any(d["done_before"])
-        # [0:351] as one, the reduce-scatter, [351:600], [700:1000], ``other``.
-        assert len(d["calls"]) == 5 and d["calls"].count("all_reduce") == 4
+        # [0:351] in place, the reduce-scatter, then [351:600], [700:1000] and ``other`` packed,
+        # and ``big`` in place.
+        assert d["calls"] == ["all_reduce", "_reduce_scatter", "all_reduce", "all_reduce"]
     mean = torch.stack([e["flat"] for e in eager]).mean(0)
     torch.testing.assert_close(eager[0]["flat"], mean)  # the average itself, as a sanity check
 

@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "dreamddp"
 
 LAYERS = [
-    {"checks", "atomic", "lazy", "registry", "supervise", "_compat", "netshape", "dist_env", "clock",
+    {"checks", "atomic", "lazy", "registry", "supervise", "_compat", "netshape", "dist_env", "cpu_share", "clock",
      "failures", "faults", "preempt"},
     {"comm"},
     {"engine"},

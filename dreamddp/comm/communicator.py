@@ -32,8 +32,9 @@ with tails of 140 ms, 4 workers on 2 cores).
 The carrier (``bandwidth.carrier``).  On a paced link the real collective only
 carries the bytes; the link model says when they arrive.  ``eager`` starts it
 at launch, as a NIC would.  ``deferred`` starts it at the first ``wait()`` on
-any pending collective, and merges consecutive pending all-reduces on adjacent
-slices of one buffer into one real all-reduce.  Why: on CPU the backend's
+any pending collective, merges consecutive pending all-reduces on adjacent
+slices of one buffer into one real all-reduce, and packs the small ones that
+remain into one more.  Why: on CPU the backend's
 threads make little progress while the workers compute (runners/carrier_check.py:
 4 workers on 2 cores, none of 10 small all-reduces launched before 100 ms of
 compute had completed at its end), so a real collective started during
@@ -215,6 +216,11 @@ def _adjacent(a: torch.Tensor, b: torch.Tensor) -> bool:
             and a.storage_offset() + a.numel() == b.storage_offset())
 
 
+# Deferred all-reduces of at most this many bytes travel packed into one buffer (copied in
+# and out) instead of each paying a collective's fixed cost.
+PACK_BYTES = 256 * 1024
+
+
 def _memory_ordered(queue: list[_Pending]) -> list[_Pending]:
     """``queue`` with each stretch of consecutive all-reduces sorted by (buffer in order of its
     first launch, offset); a stretch whose slices overlap keeps its launch order.  The same
@@ -263,6 +269,8 @@ class Communicator:
         self.carrier = carrier
         self.hold_core = hold_core
         self._deferred: list[_Pending] = []
+        self._live: set[Handle] = set()  # handles not yet completed (shifted by resume())
+        self._paused_at: float | None = None
 
     # -- bookkeeping -------------------------------------------------------
     def _launch(self, kind: str, tag: str, nbytes: int) -> CollectiveRecord:
@@ -275,12 +283,35 @@ class Communicator:
     def _completed(self, handle: Handle) -> None:
         with self._lock:
             self._pending -= 1
+            self._live.discard(handle)
+
+    def _track(self, handle: Handle) -> Handle:
+        with self._lock:
+            self._live.add(handle)
+        return handle
+
+    def pause(self) -> None:
+        """Stop the link's clock between iterations (runners/bench_worker.py interleaves runs
+        in one process group): what is on the modelled wire makes no progress until resume()."""
+        self._paused_at = time.perf_counter()
+
+    def resume(self) -> None:
+        """Restart the clock: every collective still in flight, and the link's queue, are
+        shifted by the pause, so another run's compute never hides this run's transfers."""
+        if self._paused_at is None:
+            return
+        dt, self._paused_at = time.perf_counter() - self._paused_at, None
+        self.link.shift(dt)
+        with self._lock:
+            for h in self._live:
+                h.record.start += dt
+                h.record.deadline += dt
 
     def _issue(self, record: CollectiveRecord, start_op: Callable[[], object], post, t: torch.Tensor) -> Handle:
         if self.carrier == "deferred":
             handle = Handle(record, None, None, self._completed, _device_sync(t), self._start_deferred, self.hold_core)
             self._deferred.append(_Pending(handle, record.kind, t, start_op, post))
-            return handle
+            return self._track(handle)
         # A launch that torch rejects must not linger as pending or accounted.
         try:
             work = start_op()
@@ -289,34 +320,75 @@ class Communicator:
                 self._records.remove(record)
                 self._pending -= 1
             raise
-        return Handle(record, work, post, self._completed, _device_sync(t), hold_core=self.hold_core)
+        return self._track(Handle(record, work, post, self._completed, _device_sync(t), hold_core=self.hold_core))
 
     def _start_deferred(self) -> None:
-        """Start every pending real collective, in launch order except that each stretch of
-        consecutive all-reduces is put in memory order (buffers by first launch, then
-        offset) and those on adjacent slices of one buffer go as one all-reduce: a sum of
-        a concatenation is the concatenation of the sums (up to rounding).  Gradient hooks do not always
-        fire in the units' index order, hence the sort."""
+        """Start every pending real collective.  Each stretch of consecutive all-reduces is
+        put in memory order (buffers by first launch, then offset: gradient hooks do not
+        always fire in the units' index order); those on adjacent slices of one buffer go
+        as one all-reduce in place, and the runs of a stretch no bigger than
+        ``PACK_BYTES`` go together through one packed buffer (copied in and out: for
+        them the collective's fixed cost outweighs the copy).  A sum of a concatenation is
+        the concatenation of the sums, up to rounding.  Other kinds go in launch order."""
         queue = _memory_ordered(self._deferred)
         self._deferred = []
-        i = 0
-        while i < len(queue):
-            j = i + 1
-            if queue[i].kind == "all_reduce":
-                while j < len(queue) and queue[j].kind == "all_reduce" and _adjacent(queue[j - 1].tensor, queue[j].tensor):
-                    j += 1
-            run = queue[i:j]
-            if len(run) == 1:
-                work, post = run[0].start_op(), run[0].post
+        runs: list[list[_Pending]] = []
+        for p in queue:
+            last = runs[-1][-1] if runs else None
+            if last is not None and p.kind == last.kind == "all_reduce" and _adjacent(last.tensor, p.tensor):
+                runs[-1].append(p)
             else:
-                merged = _span(run[0].tensor, sum(p.tensor.numel() for p in run))
-                native = self._native_avg(merged)
-                work = dist.all_reduce(merged, op=dist.ReduceOp.AVG if native else dist.ReduceOp.SUM,
-                                       group=self.group, async_op=True)
-                post = _once(self._div_post(merged, native))
+                runs.append([p])
+        i = 0
+        while i < len(runs):
+            if runs[i][0].kind != "all_reduce":
+                runs[i][0].handle.started(runs[i][0].start_op(), runs[i][0].post)
+                i += 1
+                continue
+            j = i
+            while j < len(runs) and runs[j][0].kind == "all_reduce":
+                j += 1
+            stretch = [(_span(r[0].tensor, sum(p.tensor.numel() for p in r)), r) for r in runs[i:j]]
+            first = stretch[0][0]
+            small = [(v, r) for v, r in stretch if v.numel() * v.element_size() <= PACK_BYTES
+                     and v.dtype == first.dtype and v.device == first.device]
+            if len(small) >= 2:
+                self._start_packed(small)
+            for view, run in stretch:
+                if len(small) < 2 or all(view is not v for v, _ in small):
+                    self._start_in_place(view, run)
+            i = j
+
+    def _start_in_place(self, view: torch.Tensor, run: list[_Pending]) -> None:
+        if len(run) == 1:
+            work, post = run[0].start_op(), run[0].post
+        else:
+            native = self._native_avg(view)
+            work = dist.all_reduce(view, op=dist.ReduceOp.AVG if native else dist.ReduceOp.SUM,
+                                   group=self.group, async_op=True)
+            post = _once(self._div_post(view, native))
+        for p in run:
+            p.handle.started(work, post)
+
+    def _start_packed(self, small: list[tuple[torch.Tensor, list[_Pending]]]) -> None:
+        views = [v for v, _ in small]
+        packed = torch.cat(views)
+        native = self._native_avg(packed)
+        work = dist.all_reduce(packed, op=dist.ReduceOp.AVG if native else dist.ReduceOp.SUM,
+                               group=self.group, async_op=True)
+        divide = self._div_post(packed, native)
+
+        def unpack() -> None:
+            if divide is not None:
+                divide()
+            offset = 0
+            for v in views:
+                v.copy_(packed[offset:offset + v.numel()])
+                offset += v.numel()
+        post = _once(unpack)
+        for _, run in small:
             for p in run:
                 p.handle.started(work, post)
-            i = j
 
     def drain(self) -> list[CollectiveRecord]:
         with self._lock:

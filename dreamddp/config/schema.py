@@ -134,7 +134,8 @@ class BandwidthConfig:
     # While a worker waits for the paced link: true = it keeps its core (polls and yields),
     # as a worker waiting for the network keeps its GPU | false = it sleeps, lending the
     # core to other workers on the host, which then compute faster | null (auto) = true
-    # for the emulated link on CPU when this host runs more worker threads than it has cores.
+    # for the emulated link on CPU when worker threads outnumber cores and no CPU quota
+    # (cluster.cpu_quota) keeps each worker to its share already.
     hold_core: Optional[bool] = None
 
 
@@ -152,6 +153,16 @@ class ClusterConfig:
     dist_backend: str = "auto"
     # torch intra-op threads (and OMP_NUM_THREADS) per worker.
     threads_per_worker: int = 1
+    # Pin each CPU worker's compute thread to its own cores (workers sharing cores share
+    # them in fixed pairs, round robin), after the process group's threads have started
+    # (they float). null (auto) = pin CPU workers on a host with more worker threads
+    # than cores, where the kernel's load balancer otherwise leaves one worker a core
+    # to itself and three others one between them, now and then.
+    pin_cores: Optional[bool] = None
+    # Cores each CPU worker's compute thread may use (a CFS quota, root and cgroup v1 cpu
+    # controller; 0 = no cap). null (auto) = cores / workers when worker threads outnumber
+    # cores: a worker that waits then cannot lend its core to the others (dreamddp/cpu_share.py).
+    cpu_quota: Optional[float] = None
     # Rendezvous port; 0 = pick a free port (local) or derive one from the SLURM job id.
     master_port: int = 0
     # Process-group timeout in seconds: a collective or barrier that a peer does not

@@ -69,9 +69,10 @@ class Link:
         since an unpaced link's real traffic is the measurement."""
         return "eager"
 
-    def hold_core(self, requested: bool | None, device, threads: int) -> bool:
-        """Whether a waiting worker keeps its core (comm/communicator.py); ``threads``: the
-        worker threads this host runs.  Never here: nothing is paced."""
+    def hold_core(self, requested: bool | None, device, contended: bool) -> bool:
+        """Whether a waiting worker keeps its core (comm/communicator.py); ``contended``: the
+        host's cores are shared by more worker threads, with no CPU quota.  Never here:
+        nothing is paced."""
         return False
 
     def describe(self) -> dict:
@@ -81,6 +82,9 @@ class Link:
 
     def reset(self) -> None:
         """Forget queued transfers (e.g. after warm-up); no-op for stateless links."""
+
+    def shift(self, dt: float) -> None:
+        """Delay queued transfers by ``dt`` seconds (the clock was paused); no-op for stateless links."""
 
     def model(self) -> LinkModel | None:
         """The simulator's cost model of this link; None: the profile's measured times."""

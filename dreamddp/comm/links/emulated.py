@@ -19,7 +19,6 @@ link refuses to pace.
 from __future__ import annotations
 
 import math
-import os
 import threading
 
 from dreamddp.checks import ConfigError, at_least, positive
@@ -82,6 +81,10 @@ class EmulatedLink(Link):
         with self._lock:
             self._free_at = -math.inf
 
+    def shift(self, dt: float) -> None:
+        with self._lock:
+            self._free_at += dt
+
     def describe(self) -> dict:
         return {**super().describe(), "gbps": self._gbps, "latency_ms": self.latency_ms,
                 "calibration": self.calibration}
@@ -96,13 +99,12 @@ class EmulatedLink(Link):
             return requested
         return "eager" if getattr(device, "type", str(device)) == "cuda" else "deferred"
 
-    def hold_core(self, requested: bool | None, device, threads: int) -> bool:
-        """``None`` (auto): on CPU, when the host's worker threads outnumber its cores (a
-        sleeping worker would lend its core to the others)."""
+    def hold_core(self, requested: bool | None, device, contended: bool) -> bool:
+        """``None`` (auto): on a contended CPU host (a sleeping worker would lend its core
+        to the others)."""
         if requested is not None:
             return requested
-        cpu = getattr(device, "type", str(device)) != "cuda"
-        return cpu and threads > len(os.sched_getaffinity(0))
+        return contended and getattr(device, "type", str(device)) != "cuda"
 
     @property
     def needs_calibration(self) -> bool:
