@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 import threading
 
+from dreamddp.supervise import alive
+
 ROOT = "/sys/fs/cgroup/cpu"
 PERIOD_US = 10_000  # short, so a capped thread waits at most a few ms at a time
 
@@ -34,21 +36,11 @@ def share(cores_per_worker: float | None, workers: int, threads: int, cores: int
     return cores / workers if workers * threads > cores else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _sweep(parent: str) -> None:
     """Remove the groups of workers that are gone (a killed worker cannot remove its own)."""
     for name in os.listdir(parent):
         pid = name.split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             try:
                 os.rmdir(os.path.join(parent, name))
             except OSError:

@@ -49,6 +49,17 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def alive(pid: int) -> bool:
+    """A process with this pid exists (anyone's: no permission to signal it still counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _running(pid: int) -> bool:
     """Alive and not a zombie waiting to be reaped."""
     try:

@@ -69,7 +69,9 @@ def _run(a: argparse.Namespace, algo: str, backend: str, extra: list[str]) -> di
     if algo in ("flsgd", "plsgd_enp", "dreamddp"):
         overrides.append(f"algo.H={a.H}")
     if backend == "emulated":
-        overrides.append(f"bandwidth.calibration={a.calibration}")
+        # The eager carrier: gloo moves the bytes while the workers compute, as it must over tc,
+        # so the two runs differ in the link only.
+        overrides += [f"bandwidth.calibration={a.calibration}", "bandwidth.carrier=eager"]
     rec = run_training(os.path.join(a.out, "runs", f"{algo}_{backend}"), overrides, label=f"algo={algo} backend={backend}")
     print(f"  {algo:<10} {backend:<9} {rec['summary']['mean_iteration_time']:.4f} s/it ({rec['_wall']:.0f} s wall)",
           flush=True)

@@ -11,6 +11,8 @@ small ones packed), none before a wait.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -53,7 +55,7 @@ def _exchange(rank, world, carrier):
     flat = torch.randn(1000, generator=gen)
     other = torch.randn(64, generator=gen)  # a separate buffer: never merged with ``flat``'s slices
     rs_in = torch.randn(16 * world, generator=gen)
-    big = torch.randn(80_000, generator=gen)  # 320 KB: above PACK_BYTES, so it goes in place
+    big = torch.randn(20_000, generator=gen)  # 80 KB: above SMALL_BYTES, so it goes in place
     rs_out = torch.empty(16)
     comm = Communicator(link=EmulatedLink(gbps=10.0, alpha_s=0.0), carrier=carrier)
     counting = _Counting()
@@ -116,3 +118,24 @@ def test_training_is_the_same_under_either_carrier(name, kw):
     deferred = run_workers(_train, 2, name, "deferred", kw)
     for e, d in zip(eager, deferred):
         torch.testing.assert_close(d, e, rtol=1e-5, atol=1e-6)
+
+
+def _paused(rank, world, carrier):
+    """A transfer in flight when the clock pauses resumes where it was: the pause hides none of it."""
+    comm = Communicator(link=EmulatedLink(gbps=0.1, alpha_s=0.0), carrier=carrier)
+    x = torch.ones(250_000)  # 1 MB: 80 ms on the modelled link, 2 workers
+    dist.barrier()
+    h = comm.all_reduce_avg(x)
+    modelled = h.record.deadline - h.record.start
+    comm.pause()
+    time.sleep(2 * modelled)  # another run trains meanwhile
+    comm.resume()
+    blocked = h.wait()
+    return blocked, modelled, comm.link.free_at >= h.record.deadline
+
+
+@pytest.mark.parametrize("carrier", ["eager", "deferred"])
+def test_pause_stops_the_links_clock(carrier):
+    for blocked, modelled, queue_shifted in run_workers(_paused, 2, carrier):
+        assert 0.9 * modelled <= blocked <= 1.5 * modelled + 0.05
+        assert queue_shifted

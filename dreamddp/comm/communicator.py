@@ -17,8 +17,9 @@ gloo in torch 2.13 implements reduce-scatter and all-gather into flat tensors
 natively (checked in tests/test_comm_gloo.py), so no all-reduce fallback is
 needed; the link charges each with its own ring formula.
 
-Holding the core (``bandwidth.hold_core``).  With more workers than cores, a
-worker asleep in ``wait()`` lends its core to the others, whose compute then
+Holding the core (``bandwidth.hold_core``, where no CPU quota, dreamddp/cpu_share.py,
+keeps each worker to its share).  With more workers than cores, a worker
+asleep in ``wait()`` lends its core to the others, whose compute then
 runs faster the longer this one waits (seen here: S-SGD's backward pass at
 half the time of local training's in the same job, 4 workers on 2 cores).  No
 cluster works that way: a worker waiting for the network keeps its GPU.
@@ -31,22 +32,9 @@ with tails of 140 ms, 4 workers on 2 cores).
 
 The carrier (``bandwidth.carrier``).  On a paced link the real collective only
 carries the bytes; the link model says when they arrive.  ``eager`` starts it
-at launch, as a NIC would.  ``deferred`` starts it at the first ``wait()`` on
-any pending collective, merges consecutive pending all-reduces on adjacent
-slices of one buffer into one real all-reduce, and packs the small ones that
-remain into one more.  Why: on CPU the backend's
-threads make little progress while the workers compute (runners/carrier_check.py:
-4 workers on 2 cores, none of 10 small all-reduces launched before 100 ms of
-compute had completed at its end), so a real collective started during
-backward completes long after the link model's deadline, and each one pays the
-backend's per-collective cost; deferred, they run as one while the worker is
-blocked anyway.  The modelled timing is untouched: every collective still
-reserves the link at launch and completes no earlier than its deadline.
-A merged all-reduce sums the same numbers, in the order gloo's ring picks for
-the longer buffer, so results equal eager launches' up to float rounding, and
-are bitwise identical on every rank (tests/test_comm_carrier.py).  Every rank issues the same real collectives in the same order,
-because pending collectives are flushed in launch order at program points
-(waits) that are the same on every rank.
+at launch, as a NIC would; ``deferred`` (comm/carrier.py) at the first
+``wait()``, merged, because on CPU gloo makes little progress while the
+workers compute.  The modelled timing is the same either way.
 """
 
 from __future__ import annotations
@@ -60,6 +48,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from dreamddp.comm.carrier import DeferredCarrier
 from dreamddp.comm.cost import CARRIERS, ring_factor
 from dreamddp.comm.links.base import Link
 from dreamddp.comm.links.ideal import IdealLink
@@ -158,19 +147,6 @@ class Handle:
         return end - t0
 
 
-def _once(fn: Callable[[], None] | None) -> Callable[[], None] | None:
-    """``fn`` shared by several handles of one merged collective: it runs on the first wait."""
-    if fn is None:
-        return None
-    done = [False]
-
-    def run() -> None:
-        if not done[0]:
-            done[0] = True
-            fn()
-    return run
-
-
 def _device_sync(t: torch.Tensor) -> Callable[[], None] | None:
     return (lambda: torch.cuda.synchronize(t.device)) if t.is_cuda else None
 
@@ -198,58 +174,6 @@ def check_sizes(big_name: str, big: torch.Tensor, small_name: str, small: torch.
         raise ValueError(f"{small_name}: dtype {small.dtype} differs from {big_name} dtype {big.dtype}")
 
 
-@dataclass
-class _Pending:
-    """A collective whose real work the deferred carrier has not started yet."""
-
-    handle: Handle
-    kind: str
-    tensor: torch.Tensor  # the buffer the real collective works on (all-reduce: in place)
-    start_op: Callable[[], object]
-    post: Callable[[], None] | None
-
-
-def _adjacent(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """``b`` starts where ``a`` ends in the same storage (so one flat view spans both)."""
-    return (a.dtype == b.dtype and a.device == b.device
-            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-            and a.storage_offset() + a.numel() == b.storage_offset())
-
-
-# Deferred all-reduces of at most this many bytes travel packed into one buffer (copied in
-# and out) instead of each paying a collective's fixed cost.
-PACK_BYTES = 256 * 1024
-
-
-def _memory_ordered(queue: list[_Pending]) -> list[_Pending]:
-    """``queue`` with each stretch of consecutive all-reduces sorted by (buffer in order of its
-    first launch, offset); a stretch whose slices overlap keeps its launch order.  The same
-    on every rank: it depends only on the launch order and the offsets."""
-    out: list[_Pending] = []
-    stretch: list[_Pending] = []
-    for p in [*queue, None]:
-        if p is not None and p.kind == "all_reduce":
-            stretch.append(p)
-            continue
-        buffers: dict[int, int] = {}
-        for q in stretch:
-            buffers.setdefault(q.tensor.untyped_storage().data_ptr(), len(buffers))
-        ordered = sorted(stretch, key=lambda q: (buffers[q.tensor.untyped_storage().data_ptr()], q.tensor.storage_offset()))
-        overlap = any(a.tensor.untyped_storage().data_ptr() == b.tensor.untyped_storage().data_ptr()
-                      and a.tensor.storage_offset() + a.tensor.numel() > b.tensor.storage_offset()
-                      for a, b in zip(ordered, ordered[1:]))
-        out += stretch if overlap else ordered
-        stretch = []
-        if p is not None:
-            out.append(p)
-    return out
-
-
-def _span(first: torch.Tensor, numel: int) -> torch.Tensor:
-    """A flat view of ``numel`` elements of ``first``'s storage, from where ``first`` starts."""
-    return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (numel,), (1,))
-
-
 class Communicator:
     """Collectives over a process group, paced by a link, recorded for accounting."""
 
@@ -268,7 +192,7 @@ class Communicator:
             raise ValueError(f"carrier: unknown {carrier!r} (expected one of {', '.join(CARRIERS)})")
         self.carrier = carrier
         self.hold_core = hold_core
-        self._deferred: list[_Pending] = []
+        self._deferred = DeferredCarrier(self._start_all_reduce)
         self._live: set[Handle] = set()  # handles not yet completed (shifted by resume())
         self._paused_at: float | None = None
 
@@ -309,8 +233,8 @@ class Communicator:
 
     def _issue(self, record: CollectiveRecord, start_op: Callable[[], object], post, t: torch.Tensor) -> Handle:
         if self.carrier == "deferred":
-            handle = Handle(record, None, None, self._completed, _device_sync(t), self._start_deferred, self.hold_core)
-            self._deferred.append(_Pending(handle, record.kind, t, start_op, post))
+            handle = Handle(record, None, None, self._completed, _device_sync(t), self._deferred.start, self.hold_core)
+            self._deferred.add(handle, record.kind, t, start_op, post)
             return self._track(handle)
         # A launch that torch rejects must not linger as pending or accounted.
         try:
@@ -322,73 +246,12 @@ class Communicator:
             raise
         return self._track(Handle(record, work, post, self._completed, _device_sync(t), hold_core=self.hold_core))
 
-    def _start_deferred(self) -> None:
-        """Start every pending real collective.  Each stretch of consecutive all-reduces is
-        put in memory order (buffers by first launch, then offset: gradient hooks do not
-        always fire in the units' index order); those on adjacent slices of one buffer go
-        as one all-reduce in place, and the runs of a stretch no bigger than
-        ``PACK_BYTES`` go together through one packed buffer (copied in and out: for
-        them the collective's fixed cost outweighs the copy).  A sum of a concatenation is
-        the concatenation of the sums, up to rounding.  Other kinds go in launch order."""
-        queue = _memory_ordered(self._deferred)
-        self._deferred = []
-        runs: list[list[_Pending]] = []
-        for p in queue:
-            last = runs[-1][-1] if runs else None
-            if last is not None and p.kind == last.kind == "all_reduce" and _adjacent(last.tensor, p.tensor):
-                runs[-1].append(p)
-            else:
-                runs.append([p])
-        i = 0
-        while i < len(runs):
-            if runs[i][0].kind != "all_reduce":
-                runs[i][0].handle.started(runs[i][0].start_op(), runs[i][0].post)
-                i += 1
-                continue
-            j = i
-            while j < len(runs) and runs[j][0].kind == "all_reduce":
-                j += 1
-            stretch = [(_span(r[0].tensor, sum(p.tensor.numel() for p in r)), r) for r in runs[i:j]]
-            first = stretch[0][0]
-            small = [(v, r) for v, r in stretch if v.numel() * v.element_size() <= PACK_BYTES
-                     and v.dtype == first.dtype and v.device == first.device]
-            if len(small) >= 2:
-                self._start_packed(small)
-            for view, run in stretch:
-                if len(small) < 2 or all(view is not v for v, _ in small):
-                    self._start_in_place(view, run)
-            i = j
-
-    def _start_in_place(self, view: torch.Tensor, run: list[_Pending]) -> None:
-        if len(run) == 1:
-            work, post = run[0].start_op(), run[0].post
-        else:
-            native = self._native_avg(view)
-            work = dist.all_reduce(view, op=dist.ReduceOp.AVG if native else dist.ReduceOp.SUM,
-                                   group=self.group, async_op=True)
-            post = _once(self._div_post(view, native))
-        for p in run:
-            p.handle.started(work, post)
-
-    def _start_packed(self, small: list[tuple[torch.Tensor, list[_Pending]]]) -> None:
-        views = [v for v, _ in small]
-        packed = torch.cat(views)
-        native = self._native_avg(packed)
-        work = dist.all_reduce(packed, op=dist.ReduceOp.AVG if native else dist.ReduceOp.SUM,
+    def _start_all_reduce(self, view: torch.Tensor) -> tuple[object, Callable[[], None] | None]:
+        """The deferred carrier's merged all-reduce of ``view`` (AVG): (work, post-op)."""
+        native = self._native_avg(view)
+        work = dist.all_reduce(view, op=dist.ReduceOp.AVG if native else dist.ReduceOp.SUM,
                                group=self.group, async_op=True)
-        divide = self._div_post(packed, native)
-
-        def unpack() -> None:
-            if divide is not None:
-                divide()
-            offset = 0
-            for v in views:
-                v.copy_(packed[offset:offset + v.numel()])
-                offset += v.numel()
-        post = _once(unpack)
-        for _, run in small:
-            for p in run:
-                p.handle.started(work, post)
+        return work, self._div_post(view, native)
 
     def drain(self) -> list[CollectiveRecord]:
         with self._lock:

@@ -75,15 +75,5 @@ def delete_netns(names: list[str]) -> None:
                 pass
 
 
-def owner_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 # <prefix>-<owner pid>-hub / <prefix>-<owner pid>-w<rank>
 NAME_RE = re.compile(r"^(?P<prefix>[A-Za-z0-9_]+)-(?P<pid>\d+)-(?P<role>hub|w\d+)$")

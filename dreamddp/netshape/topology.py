@@ -35,7 +35,8 @@ import subprocess
 import sys
 import threading
 
-from dreamddp.netshape._iproute import NAME_RE, NetshapeError, delete_netns, netns_list, owner_alive, run
+from dreamddp.netshape._iproute import NAME_RE, NetshapeError, delete_netns, netns_list, run
+from dreamddp.supervise import alive
 
 IFNAME = "shaped0"
 SUBNET = "10.77.0"  # private /24, only ever inside our own namespaces
@@ -259,7 +260,7 @@ def cleanup_stale(prefix: str = "ddp", include_live: bool = False) -> list[str]:
     stale = []
     for name in netns_list():
         m = NAME_RE.match(name)
-        if m and m["prefix"].startswith(prefix) and (include_live or not owner_alive(int(m["pid"]))):
+        if m and m["prefix"].startswith(prefix) and (include_live or not alive(int(m["pid"]))):
             stale.append(name)
     delete_netns(stale)
     return stale
