@@ -15,6 +15,7 @@ from dreamddp.schedule.exact import exact_plan
 from dreamddp.schedule.general import general, general_plan
 from dreamddp.schedule.optimal import optimal_cuts
 from dreamddp.schedule.profile import Profile, load_profile
+from dreamddp.schedule.schedule_file import assign_runs
 
 
 def simulate(bp, comm, runs, alpha):
@@ -190,10 +191,12 @@ def test_profile_api_names_and_iterations():
     assert list(schedule) == units  # every unit listed, zero-comm ones too (they cost nothing)
     assert all(its == sorted(set(its)) and all(0 <= g < 3 for g in its) for its in schedule.values())
     assert len(runs) == 3
-    for g, its in enumerate(runs):
-        for first, last in its:
-            span = units[units.index(first) : units.index(last) + 1]
-            assert all(g in schedule[u] for u in span if comm[u] > 0)
+    groups = [[i for i, u in enumerate(units) if g in schedule[u]] for g in range(3)]
+    assign_runs(runs, groups, units)  # the engine's check: each iteration's units covered exactly once
+    one_worker = Profile(units, bp, dict.fromkeys(units, 0.0))  # nothing to send: still a runnable plan
+    schedule1, runs1 = general(one_worker, 3)
+    assign_runs(runs1, [[i for i, u in enumerate(units) if g in schedule1[u]] for g in range(3)], units)
+    assert all(schedule1[u] for u in units)
     w_gen, _ = general_plan(*arrays(profile), 3)
     assert w_gen <= optimal_cuts(*arrays(profile), 3)[0] + 1e-12
     assert total_wait(profile, 3, schedule) == pytest.approx(w_gen, abs=1e-12)

@@ -244,10 +244,12 @@ def general(profile: Profile, H: int, alpha: float = 0.0) -> tuple[dict[str, lis
     ``dfs.dreamddp`` returns; per iteration its collectives as (first, last) unit names).
 
     ``profile.comm`` holds each unit's bandwidth term here (alpha is charged per collective).
-    A unit with comm == 0 owns nothing to sync and costs nothing where it goes:
-    it takes the iteration of the collective spanning it, else that of the
-    nearest synced unit on the input side (the next in backward order), else
-    the output side, else iteration 0.
+    A unit with comm == 0 owns nothing to sync and costs nothing where it goes
+    (on one worker, every unit): it takes the iteration of the collective
+    spanning it, else that of the nearest synced unit on the input side (the
+    next in backward order), else the output side, else iteration 0, and a
+    collective of its own there if none spans it, so that every iteration's
+    collectives cover its units (what the engine runs, schedule_file.assign_runs).
     """
     bp, comm = arrays(profile)
     _, runs = general_plan(bp, comm, H, alpha)
@@ -261,5 +263,10 @@ def general(profile: Profile, H: int, alpha: float = 0.0) -> tuple[dict[str, lis
         if not its[i]:
             k = bisect_right(synced, i)
             its[i] = {min(its[synced[k]])} if k < len(synced) else {min(its[synced[-1]])} if synced else {0}
+    spanned = {(g, i) for g, collectives in enumerate(runs) for f, l in collectives for i in range(f, l + 1)}
+    for i in range(len(its)):
+        for g in its[i]:
+            if (g, i) not in spanned:
+                runs[g] = sorted([*runs[g], (i, i)])
     schedule = {u: sorted(its[i]) for i, u in enumerate(profile.units)}
     return schedule, [[(profile.units[f], profile.units[l]) for f, l in its] for its in runs]
