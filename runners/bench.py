@@ -38,6 +38,9 @@ MODELS = {
              "bucket_mb": 0.175},  # 25 MB x 3.5 MB / 498 MB (GPT-2 124M): ~20 buckets
     "resnet18": {"overrides": ["model=resnet18", "model.size=small"],
                  "bucket_mb": 1.57},  # 25 MB x 2.8 MB / 44.7 MB (ResNet-18): 2 buckets
+    # GPT-2 again with one worker per core (2 on this host): no time-slicing of cores, so
+    # what synchronising every iteration costs on shared cores shows against the 4-worker job.
+    "gpt2-2w": {"overrides": ["model=gpt2", "model.size=small"], "bucket_mb": 0.175, "nproc": 2},
 }
 QUICK = {"gpt2": ["model=gpt2", "model.size=tiny", "data.block_size=32", "train.batch_size=2"],
          "resnet18": ["model=resnet18", "model.size=tiny", "train.batch_size=4"]}
@@ -79,10 +82,11 @@ def rotated(segs: list[dict], r: int) -> list[dict]:
 
 
 def job(args, model: str, rep: int, out: str) -> float:
-    overrides = QUICK[model] if args.quick else MODELS[model]["overrides"]
+    overrides = QUICK[model.split("-")[0]] if args.quick else MODELS[model]["overrides"]
+    nproc = min(args.nproc, MODELS[model].get("nproc", args.nproc))
     spec = {
         "out": out,
-        "base": [*overrides, f"cluster.nproc={args.nproc}", f"algo.H={args.H}", "train.eval_every=0",
+        "base": [*overrides, f"cluster.nproc={nproc}", f"algo.H={args.H}", "train.eval_every=0",
                  "train.progress=false", "wandb.mode=disabled", f"warmup.profile_iterations={args.profile_iterations}",
                  "data.eval_batches=2", f"seed={rep}", *args.set],
         "segments": rotated([s for s in segments(MODELS[model]["bucket_mb"]) if not args.only or s["label"] in args.only], rep),
@@ -98,7 +102,7 @@ def job(args, model: str, rep: int, out: str) -> float:
         json.dump(spec, f, indent=1)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(args.nproc),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
            "--master-addr", "127.0.0.1", "--master-port", str(29400 + rep),
            os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_worker.py"), os.path.join(out, "spec.json")]
     t0 = time.perf_counter()
