@@ -3,11 +3,13 @@
 Every write goes to a temporary file in the same directory, is fsync'ed, then
 renamed over the target (``os.replace`` is atomic on POSIX), so a reader, a
 crash or a kill mid-write never sees a partial file.  Run records, checkpoint
-markers, profiles, schedules and results tables all go through here.
+markers, profiles, schedules and results tables (``write_csv``) all go through here.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import tempfile
@@ -32,3 +34,14 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 def write_json(path: str | os.PathLike, data, indent: int = 1) -> None:
     """``data`` as JSON (non-JSON values via ``str``), atomically."""
     write_text(path, json.dumps(data, indent=indent, default=str) + "\n")
+
+
+def write_csv(path: str | os.PathLike, rows: list[dict], columns: list[str] | None = None) -> None:
+    """``rows`` as CSV with a header (``columns``, default the first row's keys; a missing or
+    None value is an empty cell), atomically."""
+    columns = list(columns or rows[0])
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
+    w.writeheader()
+    w.writerows({k: ("" if r.get(k) is None else r[k]) for k in columns} for r in rows)
+    write_text(path, buf.getvalue())

@@ -8,8 +8,6 @@ the committed records: ``python runners/bench_report.py results/bench``.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import statistics
@@ -18,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dreamddp.atomic import write_text
+from dreamddp.atomic import write_csv, write_text
 from dreamddp.prediction import record_link, simulate_record
 from dreamddp.schedule.authors_model import modelled_times
 from dreamddp.schedule.compare import reference_root
@@ -351,11 +349,8 @@ def write(runs: str, out: str) -> None:
     lines += targets(judged) + ["", _READING]
     write_text(os.path.join(out, "README.md"), "\n".join(lines) + "\n")
     if rows:
-        text = io.StringIO()
-        w = csv.DictWriter(text, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows({k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()} for r in rows)
-        write_text(os.path.join(out, "bench.csv"), text.getvalue())
+        write_csv(os.path.join(out, "bench.csv"), [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()}
+                                                   for r in rows])
 
 
 _READING = """## How to read it
@@ -380,8 +375,10 @@ _READING = """## How to read it
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else "results/bench"
+    parser = argparse.ArgumentParser(description="Rebuild a benchmark's README.md and bench.csv from its run records.")
+    parser.add_argument("out_dir", nargs="?", default="results/bench", help="the folder runners/bench.py wrote (runs/ inside)")
+    out_dir = parser.parse_args().out_dir
     write(os.path.join(out_dir, "runs"), out_dir)
     print(f"{out_dir}/README.md")

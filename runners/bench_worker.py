@@ -138,6 +138,7 @@ def main(spec_path: str) -> None:
     with open(spec_path) as f:
         spec = json.load(f)
     ctx = dist_env.init_distributed(_compose(spec["base"]))
+    clean = False
     try:
         gbps = _calibrate(ctx, spec)
 
@@ -156,8 +157,9 @@ def main(spec_path: str) -> None:
                 if seg.get("memory", True):
                     _run(ctx, *segment(seg, True), profile_memory=True)
                     gc.collect()
+        clean = True
     finally:
-        dist_env.shutdown()
+        dist_env.shutdown(clean)  # after an error the peers are not at a barrier: do not wait for them
 
 
 if __name__ == "__main__":

@@ -7,12 +7,13 @@ writing here means every runner measures and reports the same way.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
 import sys
 import time
+
+from dreamddp.atomic import write_csv, write_text
 
 
 def run_training(run_dir: str, overrides: list[str], label: str = "") -> dict:
@@ -43,11 +44,7 @@ def run_training(run_dir: str, overrides: list[str], label: str = "") -> dict:
 def write_tables(out_dir: str, stem: str, header: str, rows: list[dict]) -> None:
     """``<stem>.csv`` and ``<stem>.md`` (the header line above a Markdown table)."""
     cols = list(rows[0])
-    with open(os.path.join(out_dir, f"{stem}.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        w.writerows(rows)
-    with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
-        f.write(f"{header}\n\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
-        for r in rows:
-            f.write("| " + " | ".join(f"{r[c]:.4f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |\n")
+    write_csv(os.path.join(out_dir, f"{stem}.csv"), rows, cols)
+    lines = [header, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(f"{r[c]:.4f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |" for r in rows]
+    write_text(os.path.join(out_dir, f"{stem}.md"), "\n".join(lines) + "\n")

@@ -14,10 +14,10 @@ Markdown table and writes iteration_times.csv and iteration_times.md.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
+from dreamddp.atomic import write_csv
 from dreamddp.prediction import iteration_time_table
 from dreamddp.schedule.compare import project
 from dreamddp.schedule.profile import load_profile
@@ -66,10 +66,7 @@ def main(argv=None) -> int:
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "iteration_times.csv", "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
-        wr.writeheader()
-        wr.writerows(rows)
+    write_csv(out / "iteration_times.csv", rows)
     md = _markdown(rows)
     (out / "iteration_times.md").write_text(f"Mean iteration time (s), H={args.H}, profile {args.profile_dir}\n\n{md}\n")
     print(md)

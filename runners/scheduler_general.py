@@ -14,7 +14,6 @@ modelled from the authors' measured per-layer profiles, not measured training.
 from __future__ import annotations
 
 import argparse
-import csv
 import shlex
 import statistics
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dreamddp.atomic import write_csv
 from dreamddp.schedule.compare import reference_root
 from dreamddp.schedule.cost import arrays, per_unit_runs, runs_wait
 from dreamddp.schedule.dfs import dfs_cuts
@@ -225,10 +225,7 @@ def main(argv=None) -> int:
             print(f"timing {name} H={t['H']} alpha={t['alpha_s']}: median {t['median_s']:.3f}s", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "gain.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out / "gain.csv", rows)
     given = sys.argv[1:] if argv is None else argv
     command = "python " + " ".join(shlex.quote(a) for a in ["runners/scheduler_general.py", *given])
     (out / "README.md").write_text(readme(rows, times, command))

@@ -10,7 +10,6 @@ by_units.csv, by_bandwidth.csv and scheduler_vs_optimum.png under --out.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -19,15 +18,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dreamddp.atomic import write_csv  # noqa: E402
 from dreamddp.schedule.compare import by_bandwidth, by_units, reference_root  # noqa: E402
 from dreamddp.schedule.profile import load_profile  # noqa: E402
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
 
 
 def _plot(path: Path, units: list[dict], bw: list[dict], title: str) -> None:
@@ -79,8 +72,8 @@ def main(argv=None) -> int:
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "by_units.csv", units)
-    _write_csv(out / "by_bandwidth.csv", bw)
+    write_csv(out / "by_units.csv", units)
+    write_csv(out / "by_bandwidth.csv", bw)
     label = d.relative_to(reference_root()) if d.is_relative_to(reference_root()) else d
     _plot(out / "scheduler_vs_optimum.png", units, bw, f"{label}, H={args.H}")
     gaps = [r["wait_dreamddp"] - r["wait_optimal"] for r in units + bw]

@@ -13,7 +13,6 @@ by_bandwidth.csv) and ``<out>/figures/scheduler_measured[_<scale>].png``.
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -24,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from dreamddp.atomic import write_csv  # noqa: E402
 from dreamddp.schedule.compare import by_bandwidth, by_units  # noqa: E402
 from dreamddp.schedule.profile import load_profile  # noqa: E402
 
@@ -47,13 +47,6 @@ def _write_profile(data: dict, folder: Path) -> Path:
     return folder
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-
-
 def study(run: dict, folder: Path) -> tuple[list[dict], list[dict], int]:
     """Run the two studies on ``run``'s profile; CSVs under ``folder``; (by units, by bandwidth, H)."""
     profile = load_profile(_write_profile(run["extra"]["profile_data"], folder / "profile"))
@@ -63,8 +56,8 @@ def study(run: dict, folder: Path) -> tuple[list[dict], list[dict], int]:
         raise ValueError(f"{run['name']}: {n} units < H={H}; the scheduler needs a unit per iteration")
     units = by_units(profile, range(H, min(n, 30) + 1), H)
     bw = by_bandwidth(profile, RATIOS, H)
-    _write_csv(folder / "by_units.csv", units)
-    _write_csv(folder / "by_bandwidth.csv", bw)
+    write_csv(folder / "by_units.csv", units)
+    write_csv(folder / "by_bandwidth.csv", bw)
     return units, bw, H
 
 

@@ -17,13 +17,12 @@ only DreamDDP run.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Optional
 
 from dreamddp.algorithms import ALGORITHMS
+from dreamddp.atomic import write_csv as atomic_csv
 from dreamddp.atomic import write_text
 
 # Studies whose runs only profile (two training steps): their timings make no table.
@@ -146,11 +145,7 @@ def _add_speedups(block: list[dict]) -> None:
 
 def write_csv(rows: list[dict], path: Path) -> None:
     """Atomically (dreamddp.atomic): a killed writer leaves the previous table whole."""
-    buf = io.StringIO(newline="")
-    w = csv.DictWriter(buf, fieldnames=list(COLUMNS))
-    w.writeheader()
-    w.writerows({k: ("" if r.get(k) is None else r[k]) for k in COLUMNS} for r in rows)
-    write_text(path, buf.getvalue())
+    atomic_csv(path, rows, list(COLUMNS))
 
 
 def _fmt(value, spec: str = ".4g") -> str:
