@@ -122,12 +122,13 @@ def _shares(samples: list[list[float]], total: float) -> torch.Tensor:
 
 
 def _comm_times(engine, comm, repeats: int) -> torch.Tensor:
-    """Blocking all-reduce of each unit's parameter count, on one reused scratch buffer."""
+    """Blocking all-reduce of each unit's parameter count, on the flat gradient buffer (zeroed
+    after: no gradient is pending between passes).  Not a scratch tensor of its own: gloo
+    could keep one alive past set-up, a largest unit's worth of memory in the training loop."""
     out = torch.zeros(len(engine.units), dtype=torch.float64)
     if repeats == 0:
         return out
-    scratch = torch.empty(max(u.numel for u in engine.units), dtype=engine.flat.params.dtype,
-                          device=engine.flat.params.device)
+    scratch = engine.flat.grads
     for u in engine.units:
         times = []
         for _ in range(repeats):
@@ -136,6 +137,7 @@ def _comm_times(engine, comm, repeats: int) -> torch.Tensor:
             times.append(engine.clock() - t0)
         out[u.index] = statistics.median(times)
     comm.drain()
+    engine.flat.zero_grads()
     return out
 
 
