@@ -18,7 +18,7 @@ RUNS ?= $(RESULTS)/runs
 
 BENCH_ARGS ?=
 
-bench: venv ## every algorithm side by side, interleaved and repeated, 4 CPU workers -> results/bench/README.md (~25 min)
+bench: venv ## every algorithm side by side, interleaved and repeated, 4 CPU workers -> results/bench/README.md (~30 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/bench.py $(BENCH_ARGS)
 
 figures: venv ## tables + figures under results/ from the committed run records (results/runs)
