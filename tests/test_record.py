@@ -188,6 +188,10 @@ def test_continuing_from_a_checkpoint_of_the_same_run_keeps_the_rows_before_it(t
     assert other.data["iterations"] == [] and "restarts" not in other.data["extra"]  # another run: fresh record
 
 
+# Not a credential: a key of the length W&B accepts (40 characters), for a server that is not there.
+FAKE_WANDB_KEY = "not-a-real-key-" + "x" * 25
+
+
 def _closed_port() -> int:
     import socket
 
@@ -204,7 +208,7 @@ def test_wandb_online_without_network_runs_offline_with_one_warning(tmp_path):
 
     run_dir = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
-    env.update(WANDB_API_KEY="0123456789abcdef0123456789abcdef01234567",
+    env.update(WANDB_API_KEY=FAKE_WANDB_KEY,
                WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}")
     args = ["model=gpt2", "data=synthetic", "train.batch_size=2", "data.block_size=32", "train.iterations=3",
             "train.progress=false", "data.eval_batches=1", "wandb.mode=online", "wandb.init_timeout_s=60",
@@ -239,7 +243,7 @@ log.log(0, {{"loss": 1.0}}); log.finish(0)
 print(json.dumps({{"mode": log.mode, "took": took}}))
 """
     env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
-    env["WANDB_API_KEY"] = "0123456789abcdef0123456789abcdef01234567"
+    env["WANDB_API_KEY"] = FAKE_WANDB_KEY
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     result = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
     assert result["mode"] == "offline", out.stderr[-2000:]
