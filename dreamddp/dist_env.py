@@ -177,28 +177,26 @@ def share_host(cluster, env: WorkerEnv) -> dict:
     group started, so the backend's threads stay free); what was done, for the run record."""
     from dreamddp import cpu_share
 
-    cores = len(os.sched_getaffinity(0))
+    cores = sorted(os.sched_getaffinity(0))
     workers, threads = env.local_world_size, int(cluster.threads_per_worker)
-    pinned = pin_cores(cluster, env.local_rank, workers)
-    quota = cpu_share.share(cluster.cpu_quota, workers, threads, cores)
+    oversubscribed = workers * threads > len(cores)
+    wanted = cluster.pin_cores if cluster.pin_cores is not None else oversubscribed
+    pinned = pin_cores(cores, env.local_rank, threads, oversubscribed) if wanted else None
+    quota = cpu_share.share(cluster.cpu_quota, workers, threads, len(cores))
     group, note = cpu_share.apply(quota) if quota else (None, "not capped")
     _CPU_GROUP[0] = group
-    return {"local_workers": workers, "cores": cores, "oversubscribed": workers * threads > cores,
+    return {"local_workers": workers, "cores": len(cores), "oversubscribed": oversubscribed,
             "pinned": sorted(pinned) if pinned else None, "cpu_quota": quota if group else None,
             "cpu_quota_note": note}
 
 
-def pin_cores(cluster, local_rank: int, workers: int) -> set[int] | None:
-    """Pin this (the compute) thread per ``cluster.pin_cores``; returns the cores, None if not
-    pinned.  Threads started before (gloo's) keep floating over every core."""
-    cores = sorted(os.sched_getaffinity(0))
-    threads = int(cluster.threads_per_worker)
-    wanted = cluster.pin_cores if cluster.pin_cores is not None else workers * threads > len(cores)
-    if not wanted:
-        return None
-    if workers * threads <= len(cores):  # a block of its own
+def pin_cores(cores: list[int], local_rank: int, threads: int, shared: bool) -> set[int]:
+    """Pin this (the compute) thread to its ``threads`` of ``cores``: a block of its own, or
+    where workers outnumber them (``shared``) round robin, ranks r and r + len(cores) sharing
+    core r.  Returns the cores.  Threads started before (gloo's) keep floating over every core."""
+    if not shared:
         mine = set(cores[local_rank * threads:(local_rank + 1) * threads])
-    else:  # shared round robin: ranks r and r + len(cores) share core r
+    else:
         mine = {cores[(local_rank * threads + i) % len(cores)] for i in range(threads)}
     os.sched_setaffinity(0, mine)
     return mine
