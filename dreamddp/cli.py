@@ -5,7 +5,7 @@ ones every worker sees.  Without a launcher identity in the environment it is
 the launcher: validate, prepare the data once, start N workers (torchrun, or
 shaped namespaces) that re-run this same module with the same overrides and
 the run directory pinned, and wait.  Under torchrun/srun it is one worker and
-calls ``dreamddp.train.run_worker``.  Everything else (``--help``, ``--cfg``,
+calls ``dreamddp.run.train.run_worker``.  Everything else (``--help``, ``--cfg``,
 ``--info``, ``-m``) is plain Hydra.
 
 Errors a user can fix print ``error: <one line>`` and exit with status 2.
@@ -23,7 +23,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from dreamddp import launch
+from dreamddp.run import launch
 from dreamddp.comm.links import LINKS
 from dreamddp.config import CONFIG_NAME, ConfigError, conf_dir, validate
 
@@ -154,7 +154,7 @@ def _task(cfg: DictConfig) -> None:
             validate(cfg)
         if launch.in_worker():
             LINKS.lookup(cfg.bandwidth.backend).check_worker()
-            from dreamddp.train import run_worker
+            from dreamddp.run.train import run_worker
 
             run_worker(cfg, run_dir)
             return

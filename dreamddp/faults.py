@@ -14,7 +14,7 @@ one fault; unset (always, outside tests) nothing is armed and nothing runs::
   or ``stop`` (SIGSTOP itself: its peers hang in their next collective);
 - ``attempt``: the torchrun restart it fires in (default 0), so a restarted worker runs clean.
 
-The trainer arms it twice (dreamddp.train.run_worker): forward passes from the end
+The trainer arms it twice (dreamddp.run.train.run_worker): forward passes from the end
 of the build, training iterations from the start of the loop; each is a forward
 pre-hook on the model that removes itself once it has fired.
 """

@@ -30,7 +30,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.plugins import Plugins
 from omegaconf import OmegaConf
 
-from dreamddp.record import load_record
+from dreamddp.run.record import load_record
 
 log = logging.getLogger("dreamddp.sweep")
 

@@ -23,7 +23,7 @@ from dreamddp.schedule.compare import reference_root
 from dreamddp.schedule.cost import arrays
 from dreamddp.schedule.general import hiding_bound
 from dreamddp.schedule.profile import load_profile, scaled
-from dreamddp.summary import warmup_cut
+from dreamddp.run.summary import warmup_cut
 
 REFERENCE = "dreamddp"
 TIMED = ["ssgd", "ascwfbp", "dear", "flsgd", "plsgd_enp", "streaming_diloco", "dreamddp", "dreamddp+overlap",

@@ -2,7 +2,7 @@
 
 Started by runners/bench.py under torchrun (``python -m torch.distributed.run
 --nproc-per-node N runners/bench_worker.py SPEC.json``).  Every segment is a
-complete dreamddp run (dreamddp.train.Run: build, warm-up, loop, finish) with
+complete dreamddp run (dreamddp.run.train.Run: build, warm-up, loop, finish) with
 its own composed config and its own run record under ``<out>/<label>/``, so the
 results tools read them like any run.  Running them in one job gives every
 algorithm of a repetition the same processes, the same warm caches and one
@@ -13,7 +13,7 @@ emulated rate from its steady-state backward pass (the link's all-reduce of
 all parameters takes ``ratio`` x backward); then the timed segments are built
 and warmed up one after the other, and trained interleaved: ``chunk``
 iterations (one H-window) of each in turn, in an order rotated every round,
-with the link's clock of the others paused (dreamddp.train.Run.pause), so
+with the link's clock of the others paused (dreamddp.run.train.Run.pause), so
 every algorithm samples the same slow and fast spells of a shared host (its
 speed drifts by 20-30% over tens of seconds here, more than the differences
 being measured); then, if asked, memory segments, one after the other: the
@@ -35,11 +35,11 @@ import torch.distributed as dist
 from hydra import compose, initialize_config_dir
 
 import dreamddp.config  # noqa: F401  (registers schema and resolvers)
-from dreamddp import dist_env
+from dreamddp.run import dist_env
 from dreamddp.comm.cost import ring_factor
 from dreamddp.config import CONFIG_NAME, conf_dir, validate
-from dreamddp.recorder import recorder_for
-from dreamddp.train import Run
+from dreamddp.run.recorder import recorder_for
+from dreamddp.run.train import Run
 
 LOOP_MARK = "dreamddp.bench.loop"  # profiler range around the training loop of a memory segment
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from cli_util import RUN
-from dreamddp import launch
-from dreamddp.checkpoint import save, step_dir
+from dreamddp.run import launch
+from dreamddp.run.checkpoint import save, step_dir
 from dreamddp.config import ConfigError, validate
 
 SYNTH = ["model=gpt2", "data=synthetic", "train.batch_size=2", "cluster.nproc=2", "train.iterations=10"]

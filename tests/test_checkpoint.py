@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from cli_util import dreamddp_run, train_completed
-from dreamddp.checkpoint import CheckpointError, check_resume, find, save, step_dir
+from dreamddp.run.checkpoint import CheckpointError, check_resume, find, save, step_dir
 from dreamddp.data.sharding import ShardedBatches
 
 SMALL = ["model=gpt2", "data=synthetic", "train.batch_size=2", "data.block_size=32", "train.iterations=6",

@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cli_util import dreamddp_run, processes_mentioning
-from dreamddp import launch
+from dreamddp.run import launch
 from dreamddp.cli import check_group_options, worker_argv
 from dreamddp.config import conf_dir
 
@@ -130,7 +130,7 @@ def test_worker_argv_repeats_the_job(compose_cfg):
 def test_torchrun_command(compose_cfg):
     cfg = compose_cfg(["cluster.nproc=3"])
     cmd = launch.torchrun_command(cfg, "/tmp/a b", ["algo=ssgd"], 12345)
-    assert cmd[1:3] == ["-m", "dreamddp.failures"]  # torchrun, plus a file of how each rank ended
+    assert cmd[1:3] == ["-m", "dreamddp.run.failures"]  # torchrun, plus a file of how each rank ended
     assert cmd[cmd.index("--nproc-per-node") + 1] == "3"
     assert cmd[cmd.index("--rdzv-endpoint") + 1] == "127.0.0.1:12345"
     assert cmd[cmd.index("--max-restarts") + 1] == "0"
@@ -168,7 +168,7 @@ def test_supervise_forwards_sigterm_and_kills_stragglers(tmp_path):
     """)
     parent = textwrap.dedent(f"""
         import sys
-        from dreamddp import supervise
+        from dreamddp.run import supervise
         supervise.GRACE_S = 1.0
         sys.exit(supervise.supervise([sys.executable, "-c", {child!r}], {{}}))
     """)
@@ -184,9 +184,9 @@ def test_supervise_forwards_sigterm_and_kills_stragglers(tmp_path):
 
 def _train_ready() -> str | None:
     try:
-        from dreamddp.train import run_worker  # noqa: F401
+        from dreamddp.run.train import run_worker  # noqa: F401
     except ImportError as exc:
-        return f"dreamddp.train.run_worker not importable yet ({exc})"
+        return f"dreamddp.run.train.run_worker not importable yet ({exc})"
     return None
 
 
@@ -207,7 +207,7 @@ def test_end_to_end_two_workers(tmp_path):
 
 
 def test_worker_identity_from_launcher_env():
-    from dreamddp.dist_env import first_host, worker_env
+    from dreamddp.run.dist_env import first_host, worker_env
 
     torchrun = worker_env({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"})
     assert (torchrun.launcher, torchrun.rank, torchrun.world_size, torchrun.local_rank) == ("torchrun", 3, 4, 1)

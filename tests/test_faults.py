@@ -27,8 +27,9 @@ import pytest
 import torch
 
 from cli_util import RUN, processes_mentioning
-from dreamddp import failures, faults, supervise
-from dreamddp.checkpoint import step_dir
+from dreamddp import faults
+from dreamddp.run import failures, supervise
+from dreamddp.run.checkpoint import step_dir
 from test_netshape import _tc_skip_reason
 
 SMALL = ["model=gpt2", "data=synthetic", "train.batch_size=2", "data.block_size=32", "train.progress=false",

@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from dreamddp.atomic import write_json as write_json_atomic
-from dreamddp.record import RECORD_NAME, RunRecord, load_record, mark_failed
+from dreamddp.run.record import RECORD_NAME, RunRecord, load_record, mark_failed
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ def test_mark_failed(tmp_path, cfg):
 
 
 def test_wandb_mode_env_wins():
-    from dreamddp.wandb_log import resolve_mode
+    from dreamddp.run.wandb_log import resolve_mode
 
     assert resolve_mode("offline", {}) == "offline"
     assert resolve_mode("offline", {"WANDB_MODE": "disabled"}) == "disabled"
@@ -113,7 +113,7 @@ def _wandb_script(run_dir, enabled: bool) -> str:
     return f"""
 import json, sys
 from omegaconf import OmegaConf
-from dreamddp.wandb_log import WandbLogger
+from dreamddp.run.wandb_log import WandbLogger
 cfg = OmegaConf.create({{"wandb": {{"mode": "offline", "project": "p", "entity": None, "group": None,
                        "tags": ["t"]}}, "experiment": {{"name": "exp"}}, "algo": {{"name": "ssgd"}}}})
 log = WandbLogger(cfg, {str(run_dir)!r}, enabled={enabled})
@@ -160,7 +160,7 @@ def test_mark_failed_names_the_first_failure_over_rank0s_view(tmp_path, cfg):
 
 
 def test_preempted_is_not_failed(tmp_path, cfg):
-    from dreamddp.record import mark_preempted
+    from dreamddp.run.record import mark_preempted
 
     RunRecord(str(tmp_path), cfg)
     mark_preempted(str(tmp_path), "preempted: checkpoint saved at step 4")
@@ -233,7 +233,7 @@ server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(64)
 import os
 os.environ["WANDB_BASE_URL"] = "http://127.0.0.1:%d" % server.getsockname()[1]
 from omegaconf import OmegaConf
-from dreamddp.wandb_log import WandbLogger
+from dreamddp.run.wandb_log import WandbLogger
 cfg = OmegaConf.create({{"wandb": {{"mode": "online", "project": "p", "entity": None, "group": None, "tags": [],
                        "init_timeout_s": 15.0}}, "experiment": {{"name": "e"}}, "algo": {{"name": "ssgd"}}}})
 start = time.monotonic()

@@ -25,7 +25,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def record(algo: str, times: list[float], evals: list[tuple[int, float]], H: int = 10, status: str = "completed",
            experiment: str = "convergence_cpu", divergence: list | None = None) -> dict:
-    """A full run record as dreamddp/record.py writes it, with the summary the trainer computes."""
+    """A full run record as dreamddp/run/record.py writes it, with the summary the trainer computes."""
     iters = [{"iteration": i, "time": t, "forward": t / 4, "backward": t / 4, "wait": t / 2, "bytes": 1024.0,
               "wire_bytes": 1024.0, "loss": 5.0 - i * 0.01, "lr": 0.1, "timeline": {"big": list(range(50))}}
              for i, t in enumerate(times)]

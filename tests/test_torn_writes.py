@@ -26,7 +26,7 @@ WRITERS = {
     "run.json": (
         """
         from omegaconf import OmegaConf
-        from dreamddp.record import RunRecord
+        from dreamddp.run.record import RunRecord
         rec = RunRecord(str(target.parent), OmegaConf.create({"x": 1}), flush_seconds=1e9, flush_iterations=10**9)
         rows = [{"iteration": i, "loss": float(i), "pad": "x" * 200} for i in range(20000)]
         rec.data["iterations"] = rows
@@ -40,7 +40,7 @@ WRITERS = {
     "rank00000.pt": (
         """
         import torch
-        from dreamddp.checkpoint import save
+        from dreamddp.run.checkpoint import save
         big = torch.zeros(4_000_000)
         while True:
             v += 1

@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from dreamddp.checks import ConfigError
-from dreamddp.dist_env import worker_env
+from dreamddp.run.dist_env import worker_env
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 

@@ -24,7 +24,8 @@ def _check_missing(cfg: DictConfig) -> None:
 
 
 def _check_components(cfg: DictConfig) -> None:
-    from dreamddp import data, dist_env, models, optim, train, wandb_log, warmup
+    from dreamddp import data, models, optim, warmup
+    from dreamddp.run import dist_env, train, wandb_log
     from dreamddp.algorithms import ALGORITHMS
     from dreamddp.comm.links import LINKS
 
@@ -91,7 +92,7 @@ def _check_shards(cfg: DictConfig) -> None:
     """Every worker's shard of the training split must hold one batch.  Launcher only: it
     loads the split once (the cache the launcher's data preparation makes anyway)."""
     from dreamddp.data import DATASETS, build_data
-    from dreamddp.dist_env import worker_env
+    from dreamddp.run.dist_env import worker_env
     from dreamddp.models import MODELS
 
     if worker_env() is not None:
@@ -111,7 +112,7 @@ def _check_shards(cfg: DictConfig) -> None:
 
 def _check_host_link(cfg: DictConfig) -> None:
     from dreamddp.comm.links import LINKS
-    from dreamddp.dist_env import worker_env
+    from dreamddp.run.dist_env import worker_env
 
     # The launcher probes the host once; workers already run inside what it set up.
     if worker_env() is None:
@@ -121,7 +122,7 @@ def _check_host_link(cfg: DictConfig) -> None:
 def _check_resume(cfg: DictConfig) -> None:
     if cfg.train.resume is None:
         return
-    from dreamddp.checkpoint import CheckpointError, check_resume
+    from dreamddp.run.checkpoint import CheckpointError, check_resume
 
     try:
         check_resume(cfg, int(cfg.cluster.nproc) * int(cfg.cluster.nnodes))

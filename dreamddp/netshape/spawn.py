@@ -12,7 +12,7 @@ selection must not collide).
 Supervision is torchrun's, minus restarts: the first worker to fail, or a
 SIGINT/SIGTERM to this process, terminates all workers (SIGTERM and SIGCONT, so
 that a frozen worker dies too, then SIGKILL after a grace period), and the
-network is always torn down.  Like torchrun run through dreamddp.failures, it
+network is always torn down.  Like torchrun run through dreamddp.run.failures, it
 writes how the failed ranks ended (exit status or signal) to the file that
 ``DREAMDDP_EXITS`` in ``env`` names, for the run record.
 """
@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Callable
 
-from dreamddp.failures import EXITS_ENV, write_exits
+from dreamddp.run.failures import EXITS_ENV, write_exits
 from dreamddp.netshape.topology import ShapedNetwork
 
 GRACE_S = 5.0

@@ -1,6 +1,6 @@
 """Find run records and turn each into a compact record, the results tools' only input.
 
-A full ``run.json`` (dreamddp/record.py) keeps every iteration, with per-unit
+A full ``run.json`` (dreamddp/run/record.py) keeps every iteration, with per-unit
 timelines; the committed copy under ``results/runs/<study>/<run>.json`` keeps
 what the tables and figures read: config, versions, hardware, summary, the
 evaluations and divergence series in full, the iteration series (loss,
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from dreamddp.atomic import write_text
-from dreamddp.record import RECORD_NAME
+from dreamddp.run.record import RECORD_NAME
 
 COMPACT_VERSION = 1
 MAX_POINTS = 300  # iteration rows kept per run
@@ -126,7 +126,7 @@ def _record_files(root: Path) -> Iterable[tuple[Path, Optional[Path]]]:
         yield root, (root.parent if root.name == RECORD_NAME else None)
         return
     if root.name.startswith("offline-run-") and root.parent.name == "wandb":
-        run_dir = root.parent.parent  # W&B lives in <run dir>/wandb/ (dreamddp/wandb_log.py)
+        run_dir = root.parent.parent  # W&B lives in <run dir>/wandb/ (dreamddp/run/wandb_log.py)
         if (run_dir / RECORD_NAME).is_file():
             yield run_dir / RECORD_NAME, run_dir
         return

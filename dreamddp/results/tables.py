@@ -2,7 +2,7 @@
 
 Runs are compared within a group: same study and scale, model, data, worker
 count and link.  Per run: mean iteration time and exposed wait (the run's
-summary: warm-up iterations excluded, dreamddp/summary.py), payload per
+summary: warm-up iterations excluded, dreamddp/run/summary.py), payload per
 iteration, final evaluation, and the time to target: the cumulative training
 time (sum of iteration times; evaluation, start-up and DreamDDP's profiling
 excluded) at the first evaluation whose metric reaches the target.

@@ -1,6 +1,6 @@
 """The speedup table as a W&B Table, one W&B run per study (offline by default).
 
-The per-run W&B runs (dreamddp/wandb_log.py) are grouped by experiment and
+The per-run W&B runs (dreamddp/run/wandb_log.py) are grouped by experiment and
 typed by algorithm; this adds one run per study, in the same group, with
 job_type "summary", holding the table the CSV/Markdown files hold.  Offline
 mode needs no network or account: files go under ``<dir>/wandb/offline-run-*``

@@ -32,7 +32,7 @@ class Warmup:
     comm: object
     optimizer: object
     loss_fn: Callable
-    recorder: object  # dreamddp.recorder.Recorder (a no-op one on ranks > 0)
+    recorder: object  # dreamddp.run.recorder.Recorder (a no-op one on ranks > 0)
     profiled: Profile | None = field(default=None, init=False)  # the last full profile, for predictions
 
     @property

@@ -3,7 +3,7 @@
 A worker that raises writes its exception to ``<run dir>/failures/rank<NNNNN>.json``
 first thing (:func:`report`).  A worker killed by a signal cannot write anything, so
 the process that started the workers records how each one ended, in the file the
-``DREAMDDP_EXITS`` environment variable names: ``python -m dreamddp.failures
+``DREAMDDP_EXITS`` environment variable names: ``python -m dreamddp.run.failures
 TORCHRUN-ARGS`` is torchrun plus that file (its agent's per-rank exit codes and
 signals), and the shaped-namespace launcher writes the same (dreamddp.netshape.spawn).
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
 from dreamddp.atomic import write_json
-from dreamddp.supervise import wake_terminated
+from dreamddp.run.supervise import wake_terminated
 
 SUBDIR = "failures"
 EXITS_ENV = "DREAMDDP_EXITS"  # where a launcher writes its workers' exit statuses

@@ -2,8 +2,8 @@
 
 The trainer calls the same methods on every rank; ranks > 0 hold a
 :class:`NullRecorder` whose methods do nothing, so the training loop has no
-rank checks.  Rank 0's :class:`Recorder` keeps ``run.json`` (dreamddp.record),
-mirrors numbers to W&B (dreamddp.wandb_log, every ``train.log_every``
+rank checks.  Rank 0's :class:`Recorder` keeps ``run.json`` (dreamddp.run.record),
+mirrors numbers to W&B (dreamddp.run.wandb_log, every ``train.log_every``
 iterations), and writes the files that sit beside the record (profile/,
 schedule.json).
 """
@@ -15,11 +15,11 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
-from dreamddp.record import RunRecord
+from dreamddp.run.record import RunRecord
 from dreamddp.schedule.profile import Profile, save_profile
 from dreamddp.schedule.schedule_file import save_schedule
-from dreamddp.summary import summarise
-from dreamddp.wandb_log import WandbLogger
+from dreamddp.run.summary import summarise
+from dreamddp.run.wandb_log import WandbLogger
 
 
 class NullRecorder:

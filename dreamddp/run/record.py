@@ -6,8 +6,8 @@ over ``run.json``, so a reader (or a crash) never sees half a record.  It is
 written when the run starts (status "running"), at most every ``flush_seconds``
 or ``flush_iterations`` while iterations arrive, and at the end ("completed",
 "failed", or "preempted": stopped on request after a checkpoint, see
-dreamddp.preempt).  The launcher marks a record failed when workers die without
-doing so, naming the rank that failed first (dreamddp.failures).
+dreamddp.run.preempt).  The launcher marks a record failed when workers die without
+doing so, naming the rank that failed first (dreamddp.run.failures).
 
 A run that continues from a checkpoint of its own run directory (a torchrun
 restart, a requeued SLURM job) keeps the record's rows before the checkpoint and
@@ -203,7 +203,7 @@ def mark_failed(run_dir: str, cfg: DictConfig, message: str, failure: dict | Non
 
     Returns True when it wrote something: a record still "running" is closed,
     a missing one is created (config, versions, hardware) so the failure is on file.
-    With ``failure`` (the first failure across ranks, dreamddp.failures) a record
+    With ``failure`` (the first failure across ranks, dreamddp.run.failures) a record
     rank 0 already closed as failed gets that error instead of rank 0's own view,
     which is kept as ``extra.failure.rank0_error``.
     """

@@ -11,7 +11,7 @@ still in flight (overlapped averages, DeAR's all-gathers); all ranks then save a
 checkpoint at the same step and stop.  The run record says
 "preempted", dreamddp-run exits with :data:`EXIT_PREEMPTED`, and a requeued job
 (same run directory, ``SLURM_RESTART_COUNT`` > 0) resumes from that checkpoint
-(dreamddp.checkpoint.auto_resume).  Without the setting nothing is installed and
+(dreamddp.run.checkpoint.auto_resume).  Without the setting nothing is installed and
 no collective is added.
 """
 

@@ -6,15 +6,15 @@ srun identity in its environment): on a laptop, inside a one-task SLURM job
 host; a link type with a launcher of its own (``bandwidth.backend=tc``: one
 process per shaped network namespace) starts them instead.  Whatever the way,
 the parent forwards SIGINT/SIGTERM and kills stragglers after a grace period
-(dreamddp.supervise), leaves no process of the run behind, and makes sure
+(dreamddp.run.supervise), leaves no process of the run behind, and makes sure
 run.json does not stay "running" when the workers died without closing it: it
-is marked failed with the rank that failed first and why (dreamddp.failures).
+is marked failed with the rank that failed first and why (dreamddp.run.failures).
 
-torchrun runs through ``python -m dreamddp.failures`` (torchrun plus a file of
+torchrun runs through ``python -m dreamddp.run.failures`` (torchrun plus a file of
 per-rank exit statuses) and restarts the workers ``cluster.max_restarts`` times;
 restarted workers resume from the run directory's newest checkpoint.  With
 ``cluster.preemptible`` a SIGUSR1 to this process becomes a checkpoint-and-stop
-request to the workers (dreamddp.preempt), and a run that stopped so exits with
+request to the workers (dreamddp.run.preempt), and a run that stopped so exits with
 ``EXIT_PREEMPTED``.
 """
 
@@ -32,13 +32,13 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from dreamddp import failures, preempt
+from dreamddp.run import failures, preempt
 from dreamddp.checks import ConfigError
 from dreamddp.comm.links import LINKS
 from dreamddp.comm.links.tc import LAUNCHED_ENV
-from dreamddp.dist_env import worker_env
-from dreamddp.record import load_record, mark_failed
-from dreamddp.supervise import no_leftovers, supervise
+from dreamddp.run.dist_env import worker_env
+from dreamddp.run.record import load_record, mark_failed
+from dreamddp.run.supervise import no_leftovers, supervise
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +71,11 @@ def worker_command(argv: list[str], run_dir: str) -> list[str]:
 
 
 def torchrun_command(cfg: DictConfig, run_dir: str, argv: list[str], port: int) -> list[str]:
-    """torchrun's arguments, run through dreamddp.failures (which records how each rank ended).
+    """torchrun's arguments, run through dreamddp.run.failures (which records how each rank ended).
 
     The c10d rendezvous (not the static one) runs a fresh round for every restart."""
     return [
-        sys.executable, "-m", "dreamddp.failures",
+        sys.executable, "-m", "dreamddp.run.failures",
         "--nnodes", "1",
         "--nproc-per-node", str(cfg.cluster.nproc),
         "--rdzv-backend", "c10d",

@@ -12,7 +12,7 @@
 4. ``finish``: the summary (and the simulator's prediction when a profile was
    measured) closes the run record.
 
-Reports go through a recorder that is a no-op on ranks > 0 (dreamddp.recorder).
+Reports go through a recorder that is a no-op on ranks > 0 (dreamddp.run.recorder).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
-from dreamddp import checkpoint, dist_env, failures, faults, preempt
+from dreamddp import faults
+from dreamddp.run import checkpoint, dist_env, failures, preempt
 from dreamddp.algorithms import ALGORITHMS
 from dreamddp.algorithms.nosync import NoSync
 from dreamddp.checks import at_least
@@ -38,9 +39,9 @@ from dreamddp.models import MODELS, build_model, model_units
 from dreamddp.models.tasks import compute_loss, evaluate
 from dreamddp.optim import build_lr_schedule, build_optimizer
 from dreamddp.prediction import simulate_record
-from dreamddp.record import mark_preempted
-from dreamddp.recorder import NullRecorder, recorder_for
-from dreamddp.summary import Progress
+from dreamddp.run.record import mark_preempted
+from dreamddp.run.recorder import NullRecorder, recorder_for
+from dreamddp.run.summary import Progress
 from dreamddp.warmup import Warmup
 
 
@@ -57,9 +58,9 @@ def run_worker(cfg: DictConfig, run_dir: str) -> None:
 
     A restarted worker (torchrun restart, requeued SLURM job) continues from the
     newest checkpoint of its run directory.  An exception is put on file with this
-    rank first (dreamddp.failures), then the group is torn down without a barrier,
+    rank first (dreamddp.run.failures), then the group is torn down without a barrier,
     since the peers are mid-collective or gone.  A checkpoint-and-stop request
-    (dreamddp.preempt) ends the run "preempted".  DREAMDDP_FAULT arms test faults.
+    (dreamddp.run.preempt) ends the run "preempted".  DREAMDDP_FAULT arms test faults.
     """
     rank, recorder, clean = dist_env.worker_env().rank, NullRecorder(), False
     try:
