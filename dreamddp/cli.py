@@ -23,7 +23,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from dreamddp.run import launch
+from dreamddp.run import dist_env, launch
 from dreamddp.comm.links import LINKS
 from dreamddp.config import CONFIG_NAME, ConfigError, conf_dir, validate
 
@@ -125,7 +125,8 @@ class ValidateFirst(Callback):
 
     Listed in conf/config.yaml under hydra.callbacks.  A refused config thus
     leaves no run directory at all.  The launching process also checks that it
-    can start the run (launch.check_launchable) and write its run directory.
+    can start the run (launch.check_launchable) and write its run directory; a
+    worker of a multi-node torchrun, that every node names the same run directory.
     Multirun jobs differ per job, so the task validates those itself.
     """
 
@@ -136,6 +137,9 @@ class ValidateFirst(Callback):
             if not launch.in_worker():
                 launch.check_launchable(task_cfg)
                 check_output_dir("hydra.run.dir", config.hydra.run.dir)
+            else:
+                explicit = any(o.startswith("hydra.run.dir=") for o in config.hydra.overrides.hydra)
+                dist_env.check_shared_run_dir(explicit)
         except ConfigError as exc:
             _fail(str(exc))
 

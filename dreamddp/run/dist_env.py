@@ -2,8 +2,8 @@
 
 Two launchers start workers: torchrun (RANK/WORLD_SIZE/LOCAL_RANK/MASTER_*) and
 srun (SLURM_PROCID/SLURM_NTASKS/...; no rendezvous, so the master address is the
-first node of the step and the port is derived from the job id, identical on
-all tasks without any communication).  ``worker_env`` only reads the
+first node of the step, as SLURM addresses it, and the port is derived from the job
+id, identical on all tasks without any communication).  ``worker_env`` only reads the
 environment (no torch import) so the CLI can decide cheaply whether it is a
 worker; ``init_distributed`` does the real work inside one.
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import subprocess
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Optional
 
@@ -35,6 +37,9 @@ class WorkerEnv:
     local_world_size: int
     master_addr: Optional[str]  # None: torchrun already exported it
     master_port: Optional[int]  # None: torchrun already exported it / derive from config
+    # Which node (torchrun agent / SLURM node) of how many: two agents on one host are two nodes.
+    node_rank: int = 0
+    nnodes: int = 1
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,9 @@ class DistContext:
     backend: str  # the torch.distributed backend actually used
     # How this worker shares its host (CPU): local workers, cores, pinning, CPU quota.
     host: dict = field(default_factory=dict)
+    # Every rank's {rank, local_rank, node, hostname}, gathered once at start-up, by rank.
+    ranks: tuple = ()
+    nnodes: int = 1
 
     @property
     def is_main(self) -> bool:
@@ -80,6 +88,42 @@ def first_host(nodelist: str) -> str:
     return prefix + ranges.split(",")[0].split("-")[0]
 
 
+def slurm_node_addr(node: str) -> str:
+    """``node`` where it resolves, else the address SLURM itself reaches it at (slurm.conf
+    NodeAddr): a cluster whose node names are not DNS names still finds its master."""
+    try:
+        socket.getaddrinfo(node, None)
+        return node
+    except (socket.gaierror, UnicodeError):
+        pass
+    try:
+        out = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return node
+    m = re.search(r"\bNodeAddr=(\S+)", out)
+    return m.group(1) if m else node
+
+
+def check_shared_run_dir(explicit_run_dir: bool, environ: Optional[Mapping[str, str]] = None) -> None:
+    """Multi-node torchrun: refuse a run directory that each node would name differently.
+
+    Every node composes its own ``hydra.run.dir``; without ``--rdzv-id`` torchrun's run id is
+    "none" and the directory falls back to this node's agent start time (config/resolvers.py
+    run_id), so rank 0 would write run.json in one directory and the other nodes their
+    checkpoints and failure reports in others."""
+    env = os.environ if environ is None else environ
+    me = worker_env(env)
+    if explicit_run_dir or me is None or me.launcher != "torchrun" or me.nnodes <= 1:
+        return
+    if env.get("TORCHELASTIC_RUN_ID", "none") != "none" or env.get("SLURM_JOB_ID"):
+        return  # torchrun/<rdzv id> or slurm/<job id>: the same on every node
+    raise ConfigError(
+        f"hydra.run.dir: torchrun --nnodes {me.nnodes} without --rdzv-id gives each node its own run "
+        "directory; pass the same --rdzv-id <id> to every node's torchrun (run dir outputs/torchrun/<id>_...) "
+        "or hydra.run.dir=<a directory every node can write>")
+
+
 def worker_env(environ: Optional[Mapping[str, str]] = None) -> Optional[WorkerEnv]:
     """The launcher-provided identity of this process, None when not a worker."""
     env = os.environ if environ is None else environ
@@ -92,6 +136,8 @@ def worker_env(environ: Optional[Mapping[str, str]] = None) -> Optional[WorkerEn
             local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
             master_addr=None,
             master_port=None,
+            node_rank=int(env.get("GROUP_RANK", "0")),
+            nnodes=int(env.get("GROUP_WORLD_SIZE", "1")),
         )
     ntasks = int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "1")))
     if "SLURM_PROCID" in env and ntasks > 1:
@@ -106,6 +152,8 @@ def worker_env(environ: Optional[Mapping[str, str]] = None) -> Optional[WorkerEn
             local_world_size=int(re.match(r"\d+", per_node).group(0)),
             master_addr=env.get("MASTER_ADDR") or first_host(nodes),
             master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else None,
+            node_rank=int(env.get("SLURM_NODEID", "0")),
+            nnodes=int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_JOB_NUM_NODES") or "1"),
         )
     return None
 
@@ -151,7 +199,8 @@ def init_distributed(cfg: "DictConfig", environ: Optional[Mapping[str, str]] = N
     device_type = resolve_device(str(cfg.cluster.device))
     backend = resolve_backend(str(cfg.cluster.dist_backend), device_type)
     if env.launcher == "srun":
-        os.environ.setdefault("MASTER_ADDR", env.master_addr or "127.0.0.1")
+        if not os.environ.get("MASTER_ADDR"):
+            os.environ["MASTER_ADDR"] = slurm_node_addr(env.master_addr) if env.master_addr else "127.0.0.1"
         port = env.master_port or int(cfg.cluster.master_port) or slurm_port(
             os.environ.get("SLURM_JOB_ID", "0")
         )
@@ -165,8 +214,25 @@ def init_distributed(cfg: "DictConfig", environ: Optional[Mapping[str, str]] = N
         device = torch.device("cpu")
     dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size,
                             timeout=timedelta(seconds=float(cfg.cluster.timeout_s)))
+    ranks = gather_ranks(env)
     host = share_host(cfg.cluster, env) if device_type == "cpu" else {}
-    return DistContext(env.rank, env.world_size, env.local_rank, device, backend, host)
+    return DistContext(env.rank, env.world_size, env.local_rank, device, backend, host,
+                       ranks=ranks, nnodes=len({r["node"] for r in ranks}))
+
+
+def gather_ranks(env: WorkerEnv) -> tuple:
+    """Every rank's place in the job (rank, local rank, node index, hostname), by rank.
+
+    The node index comes from the launcher (torchrun's GROUP_RANK, SLURM_NODEID), not
+    from the hostname: two torchrun agents on one host are two nodes.  One collective
+    at start-up, so a rank that is not where it should be shows in the run record."""
+    import torch.distributed as dist
+
+    mine = {"rank": env.rank, "local_rank": env.local_rank, "node": env.node_rank,
+            "hostname": socket.gethostname()}
+    everyone: list = [None] * env.world_size
+    dist.all_gather_object(everyone, mine)
+    return tuple(everyone)
 
 
 _CPU_GROUP: list = [None]  # this worker's CPU-quota group, released at shutdown

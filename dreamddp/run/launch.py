@@ -108,9 +108,13 @@ def check_launchable(cfg: DictConfig, environ: Optional[dict] = None) -> None:
     """Launcher-only rules (a worker under torchrun/srun does not need them)."""
     env = os.environ if environ is None else environ
     if cfg.cluster.nnodes != 1:
+        n, per_node = cfg.cluster.nnodes, cfg.cluster.nproc
         raise ConfigError(
-            f"cluster.nnodes={cfg.cluster.nnodes}: dreamddp-run starts one node; "
-            "start multi-node runs with torchrun/srun (slurm/)"
+            f"cluster.nnodes={n}: dreamddp-run starts workers on this host only; on each of the {n} nodes run "
+            f"`torchrun --nnodes {n} --nproc-per-node {per_node} --rdzv-backend c10d --rdzv-endpoint "
+            f"<first node>:29500 --rdzv-id <id> -m dreamddp.cli <overrides>`, or submit "
+            f"`sbatch --nodes={n} --gpus-per-node={per_node} slurm/dreamddp.sbatch <overrides>` "
+            "(README, \"On a cluster\")"
         )
     if cfg.cluster.name == "slurm" and not env.get("SLURM_JOB_ID"):
         raise ConfigError(

@@ -20,7 +20,7 @@ stop_pid() {  # stop_pid <pidfile>: TERM, wait up to 10 s, then KILL
 if [ -f "$DIR/slurm.conf" ] && command -v scancel >/dev/null; then
   SLURM_CONF="$DIR/slurm.conf" timeout 5 scancel --full --state=RUNNING -u "$(id -un)" 2>/dev/null || true
 fi
-stop_pid "$DIR/slurmd.pid"
+for pidfile in "$DIR"/slurmd*.pid; do stop_pid "$pidfile"; done  # one slurmd per node
 stop_pid "$DIR/slurmctld.pid"
 stop_pid "$DIR/munge/munged.pid"
 echo "slurm/local/stop.sh: stopped the cluster in $DIR"
