@@ -28,6 +28,18 @@ SYNTH = ["model=gpt2", "data=synthetic", "train.batch_size=2", "cluster.nproc=2"
 # --- every config group: (overrides, start of the one line) ---------------------
 CONFIG = [
     (["model.vocab_size=1"], "model.vocab_size=1: must be >= 2"),
+    (["model.n_layer=0"], "model.n_layer=0: must be >= 1"),
+    (["model=llama2", "model.n_inner=-4"], "model.n_inner=-4: must be >= 1"),
+    (["model.n_head=3"], "model.n_head=3: must divide model.n_embd=64"),
+    (["model.n_embd=99"], "model.n_embd=99: must be a multiple of model.n_head=2"),
+    (["model=llama2", "model.n_embd=66"], "model.n_embd=66: model.n_embd / model.n_head = 33 channels per head; "
+                                          "Llama's rotary embedding needs an even number"),
+    (["model.base_width=16"], "model.base_width=16: only image models (resnet18, resnet50) take it, not gpt2"),
+    (["model=resnet18", "model.n_layer=4"],
+     "model.n_layer=4: only language models (gpt2, llama2) take it, not resnet18"),
+    (["model=resnet18", "model.base_width=0"], "model.base_width=0: must be >= 1"),
+    (["model=resnet50", "model.num_blocks=[3,4,6]"], "model.num_blocks=[3, 4, 6]: must be 4 integers >= 1"),
+    (["model=resnet50", "model.num_blocks=[3,0,6,3]"], "model.num_blocks=[3, 0, 6, 3]: must be 4 integers >= 1"),
     (["data=synthetic", "data.synthetic_size=0"], "data.synthetic_size=0: must be >= 1"),
     (["data.eval_fraction=-0.5"], "data.eval_fraction=-0.5: must be in (0, 1)"),
     (["algo=flsgd", "algo.H=-1"], "algo.H=-1: must be >= 1"),
@@ -38,6 +50,15 @@ CONFIG = [
     (["bandwidth=1gbit", "bandwidth.calibration=0"], "bandwidth.calibration=0.0: must be > 0"),
     (["bandwidth=ratio7", "bandwidth.comm_ratio=0"], "bandwidth.comm_ratio=0.0: must be > 0"),
     (["bandwidth=tc_1gbit", "bandwidth.latency_ms=5"], "bandwidth.latency_ms=5.0: not supported by backend tc"),
+    (["bandwidth.gbps=-1"], "bandwidth.gbps=-1.0: must be > 0"),
+    (["bandwidth=tc_1gbit", "bandwidth.gbps=0"], "bandwidth.gbps=0.0: must be > 0"),
+    (["bandwidth=ratio7", "bandwidth.gbps=-1"], "bandwidth.gbps=-1.0: must be > 0"),
+    (["bandwidth.gbps=2"], "bandwidth.gbps=2.0: bandwidth=ideal does not shape traffic and would ignore it; "
+                           "choose an emulated link (bandwidth=1gbit"),
+    (["bandwidth.latency_ms=5"], "bandwidth.latency_ms=5.0: bandwidth=ideal does not shape traffic"),
+    (["bandwidth.comm_ratio=7"], "bandwidth.comm_ratio=7.0: bandwidth=ideal does not shape traffic and would ignore "
+                                 "it; choose bandwidth=ratio7"),
+    (["bandwidth=1gbit", "bandwidth.backend=ideal"], "bandwidth.gbps=1.0: bandwidth=ideal does not shape traffic"),
     (["cluster.timeout_s=0"], "cluster.timeout_s=0.0: must be > 0"),
     (["cluster.max_restarts=-1"], "cluster.max_restarts=-1: must be >= 0"),
     (["cluster.dist_backend=mpi"], "cluster.dist_backend=mpi: unknown value"),
@@ -160,6 +181,13 @@ def test_resume_from_a_checkpoint_of_another_dataset(tmp_path, compose_cfg):
     _one_line(info.value, f"train.resume={ckpt}: saved with data.name=shakespeare, this run has data.name=synthetic")
 
 
+def test_resume_with_other_model_dimensions(tmp_path, compose_cfg):
+    ckpt = _checkpoint(tmp_path)  # saved before model.* dimensions existed: the presets'
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg([*SYNTH, "model.n_layer=3", f"train.resume={ckpt}"]))
+    _one_line(info.value, f"train.resume={ckpt}: saved with model.n_layer=None, this run has model.n_layer=3")
+
+
 def test_resume_from_a_torn_meta_file(tmp_path, compose_cfg):
     ckpt = _checkpoint(tmp_path)
     (ckpt / "meta.json").write_text('{"step": 3, "ru')
@@ -215,7 +243,9 @@ def _refused(tmp_path: Path, args: list[str], start: str, run_dir: Path | None =
     (["cluster.timeout_s=-5"], "cluster.timeout_s=-5.0: must be > 0"),
     (["cluster=slurm"], "cluster=slurm: not inside a SLURM job"),
     (["wandb.init_timeout_s=0"], "wandb.init_timeout_s=0.0: must be > 0"),
-], ids=["experiment", "cluster", "launcher", "wandb"])
+    (["bandwidth.gbps=-1"], "bandwidth.gbps=-1.0: must be > 0"),
+    (["model.n_head=3"], "model.n_head=3: must divide model.n_embd=64"),
+], ids=["experiment", "cluster", "launcher", "wandb", "bandwidth", "model"])
 def test_dreamddp_run_refuses_in_one_line(tmp_path, args, start):
     _refused(tmp_path, [*SYNTH, *args], start)
 

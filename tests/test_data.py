@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import data_fixtures as fx
-from dreamddp.data import DATASETS, DatasetSpec, DataUnavailable, build_data, check_available
+from dreamddp.data import DATASETS, DataUnavailable, build_data, check_available
 from dreamddp.data import cifar, fashion_mnist, probe, shakespeare, synthetic, text, wikitext
 from dreamddp.data.image import random_crop_flip
 from dreamddp.data.sharding import ShardedBatches, shard_indices
@@ -39,9 +39,10 @@ def _same(a, b):
 
 def test_registry_contents():
     assert set(DATASETS) == {"cifar10", "cifar100", "fashion_mnist", "wikitext2", "shakespeare", "synthetic"}
-    assert DATASETS["cifar10"] == DatasetSpec("cifar10", "image", 10, True, "fashion_mnist")
+    spec = lambda d: (d.name, d.task, d.num_classes, d.needs_network, d.offline_alternative)  # noqa: E731
+    assert spec(DATASETS["cifar10"]) == ("cifar10", "image", 10, True, "fashion_mnist")
     assert DATASETS["cifar100"].num_classes == 100
-    assert DATASETS["wikitext2"] == DatasetSpec("wikitext2", "lm", None, True, "shakespeare")
+    assert spec(DATASETS["wikitext2"]) == ("wikitext2", "lm", None, True, "shakespeare")
     assert DATASETS["shakespeare"].needs_network is False and DATASETS["synthetic"].task == "any"
     assert issubclass(DataUnavailable, ValueError)
 
@@ -235,3 +236,37 @@ def test_bad_input_names_the_field():
         _build("synthetic", rank=2)
     with pytest.raises(ValueError, match="^num_classes=7: data=cifar10 has 10 classes"):
         _build("cifar10", num_classes=7)
+
+
+def test_a_dataset_is_one_registered_class(tmp_path):
+    from dreamddp.data import prepare
+    from dreamddp.data.base import Dataset, TokenSplits
+
+    calls = []
+
+    class Counting(Dataset):  # a token stream 0, 1, 2, ... that records what it was asked
+        name, task = "counting", "lm"
+
+        @classmethod
+        def check(cls, root):
+            calls.append(("check", root))
+
+        @classmethod
+        def prepare(cls, root):
+            calls.append(("prepare", root))
+
+        @classmethod
+        def load(cls, root, options):
+            calls.append(("load", options.task, options.block_size, options.num_eval))
+            return TokenSplits(np.arange(64) % 10, np.arange(16) % 10, 10)
+
+    DATASETS.register(Counting)
+    try:
+        prepare("counting", str(tmp_path))
+        b = _build("counting", "lm", root=str(tmp_path), batch_size=2, block_size=8, eval_batches=1)
+        with pytest.raises(ValueError, match="^data=counting: serves task=lm, the model needs task=image"):
+            _build("counting", "image")
+    finally:
+        del DATASETS["counting"]
+    assert calls == [("check", str(tmp_path)), ("prepare", str(tmp_path)), ("load", "lm", 8, 2)]
+    assert b.samples_per_epoch == 4 and next(b.train).shape == (2, 8) and b.vocab_size == 10

@@ -47,11 +47,27 @@ class WandbConfig:
 class ModelConfig:
     # Registry name in dreamddp.models.MODELS: resnet18|resnet50|gpt2|llama2.
     name: str = MISSING
-    # tiny (tests) | small (CPU-sized, the paper models' byte distribution) | paper (the
-    # paper's architecture); the model yaml's recipe (batch, lr, ...) follows it.
+    # tiny (tests) | small (CPU-sized, the paper models' byte distribution) | compute (CPU-sized
+    # with a GPU-like forward/backward/step split: make bench) | paper (the paper's
+    # architecture); the model yaml's recipe (batch, lr, ...) follows it.
     size: str = "tiny"
+    # Dimensions over the size preset (dreamddp/models/dims.py); None = the preset's value.
+    # A key the model does not take is refused.
     # Language models only: vocabulary size; None = the model preset's own.
     vocab_size: Optional[int] = None
+    # GPT-2, Llama: transformer blocks (Llama: num_hidden_layers).
+    n_layer: Optional[int] = None
+    # GPT-2, Llama: hidden width (Llama: hidden_size); a multiple of n_head.
+    n_embd: Optional[int] = None
+    # GPT-2, Llama: attention heads (Llama: num_attention_heads = num_key_value_heads);
+    # Llama's rotary embedding needs an even n_embd / n_head.
+    n_head: Optional[int] = None
+    # GPT-2, Llama: MLP width (Llama: intermediate_size); None = the preset's (GPT-2: 4 * n_embd).
+    n_inner: Optional[int] = None
+    # ResNets: width of the first stage (stages are 1, 2, 4, 8 times it).
+    base_width: Optional[int] = None
+    # ResNets: blocks per stage, 4 integers (ResNet-18: [2,2,2,2], ResNet-50: [3,4,6,3]).
+    num_blocks: Optional[list[int]] = None
 
 
 @dataclass

@@ -16,8 +16,9 @@ import torch
 
 from dreamddp import _compat  # noqa: F401  (torchvision import fix before torchvision)
 
-from dreamddp.data.base import DataUnavailable, ImageSplits
+from dreamddp.data.base import Dataset, DataUnavailable, ImageSplits, LoadOptions
 from dreamddp.data.probe import reachable
+from dreamddp.data.registry import DATASETS
 
 # (folder, train files, test file, label key, classes, mean, std, pretty name)
 _LAYOUT = {
@@ -40,24 +41,6 @@ def _files(name: str, root: str) -> list[str]:
 
 def present(name: str, root: str) -> bool:
     return all(os.path.isfile(f) for f in _files(name, root))
-
-
-def check(name: str, root: str) -> None:
-    if present(name, root) or reachable(_HOST):
-        return
-    raise DataUnavailable(
-        f"data={name}: {_LAYOUT[name][7]} is not in {root} and cannot be downloaded (offline); "
-        "use data=fashion_mnist or data=synthetic"
-    )
-
-
-def prepare(name: str, root: str) -> None:
-    if present(name, root):
-        return
-    import torchvision.datasets as tvd
-
-    cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
-    cls(root=root, train=True, download=True)  # one archive holds both splits
 
 
 def _read(path: str, label_key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -89,3 +72,45 @@ def load(name: str, root: str) -> ImageSplits:
         torch.from_numpy(tx), torch.from_numpy(ty), torch.from_numpy(ex), torch.from_numpy(ey),
         num_classes=classes, mean=mean, std=std, augment=True,
     )
+
+
+class _Cifar(Dataset):
+    """Both CIFARs: the paper's image data, downloaded once by torchvision."""
+
+    task = "image"
+    needs_network = True
+    offline_alternative = "fashion_mnist"
+
+    @classmethod
+    def check(cls, root: str) -> None:
+        if present(cls.name, root) or reachable(_HOST):
+            return
+        raise DataUnavailable(
+            f"data={cls.name}: {_LAYOUT[cls.name][7]} is not in {root} and cannot be downloaded (offline); "
+            f"use data={cls.offline_alternative} or data=synthetic"
+        )
+
+    @classmethod
+    def prepare(cls, root: str) -> None:
+        if present(cls.name, root):
+            return
+        import torchvision.datasets as tvd
+
+        download = tvd.CIFAR10 if cls.name == "cifar10" else tvd.CIFAR100
+        download(root=root, train=True, download=True)  # one archive holds both splits
+
+    @classmethod
+    def load(cls, root: str, options: LoadOptions) -> ImageSplits:
+        return load(cls.name, root)  # the module's reader above
+
+
+@DATASETS.register
+class Cifar10(_Cifar):
+    name = "cifar10"
+    num_classes = _LAYOUT[name][4]
+
+
+@DATASETS.register
+class Cifar100(_Cifar):
+    name = "cifar100"
+    num_classes = _LAYOUT[name][4]

@@ -12,7 +12,8 @@ import os
 import numpy as np
 import torch
 
-from dreamddp.data.base import DataUnavailable, ImageSplits
+from dreamddp.data.base import Dataset, DataUnavailable, ImageSplits, LoadOptions
+from dreamddp.data.registry import DATASETS
 
 SYSTEM_DIR = "/usr/share/datasets/fashion-mnist"
 _STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -41,15 +42,6 @@ def locate(root: str) -> str | None:
     return None
 
 
-def check(root: str) -> None:
-    if locate(root) is None:
-        raise DataUnavailable(
-            f"data=fashion_mnist: the idx files are in neither {os.path.join(root, 'fashion-mnist')} "
-            f"nor {SYSTEM_DIR}; install the Debian package dataset-fashion-mnist "
-            "(apt-get install dataset-fashion-mnist)"
-        )
-
-
 def read_idx(path: str) -> np.ndarray:
     """An idx file (gzip or plain) of unsigned bytes: big-endian magic 0x0000 08 NDIM, dims, data."""
     with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
@@ -64,12 +56,30 @@ def read_idx(path: str) -> np.ndarray:
     return data.reshape(dims)
 
 
-def load(root: str) -> ImageSplits:
-    check(root)
-    d = locate(root)
-    tx, ty, ex, ey = (read_idx(_find(d, s)) for s in _STEMS)
-    return ImageSplits(
-        torch.from_numpy(tx.copy()).unsqueeze(1), torch.from_numpy(ty.astype(np.int64)),
-        torch.from_numpy(ex.copy()).unsqueeze(1), torch.from_numpy(ey.astype(np.int64)),
-        num_classes=10, mean=(_MEAN,) * 3, std=(_STD,) * 3, augment=False,
-    )
+@DATASETS.register
+class FashionMnist(Dataset):
+    """Read in place (the system package or data.root): nothing to prepare."""
+
+    name = "fashion_mnist"
+    task = "image"
+    num_classes = 10
+
+    @classmethod
+    def check(cls, root: str) -> None:
+        if locate(root) is None:
+            raise DataUnavailable(
+                f"data={cls.name}: the idx files are in neither {os.path.join(root, 'fashion-mnist')} "
+                f"nor {SYSTEM_DIR}; install the Debian package dataset-fashion-mnist "
+                "(apt-get install dataset-fashion-mnist)"
+            )
+
+    @classmethod
+    def load(cls, root: str, options: LoadOptions) -> ImageSplits:
+        cls.check(root)
+        d = locate(root)
+        tx, ty, ex, ey = (read_idx(_find(d, s)) for s in _STEMS)
+        return ImageSplits(
+            torch.from_numpy(tx.copy()).unsqueeze(1), torch.from_numpy(ty.astype(np.int64)),
+            torch.from_numpy(ex.copy()).unsqueeze(1), torch.from_numpy(ey.astype(np.int64)),
+            num_classes=cls.num_classes, mean=(_MEAN,) * 3, std=(_STD,) * 3, augment=False,
+        )

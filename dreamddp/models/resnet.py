@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dreamddp.checks import ConfigError
+
 
 def _shortcut(in_planes: int, out_planes: int, stride: int) -> nn.Sequential:
     if stride == 1 and in_planes == out_planes:
@@ -88,6 +90,7 @@ class CifarResNet(nn.Module):
         if len(num_blocks) != 4 or min(num_blocks) < 1:
             raise ValueError(f"model.num_blocks={num_blocks}: need four stages of >= 1 block")
         cls = BLOCKS[block]
+        self.num_blocks, self.base_width = tuple(num_blocks), base_width
         self.conv1 = nn.Conv2d(3, base_width, 3, stride=1, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(base_width)
         in_planes = base_width
@@ -112,3 +115,15 @@ def build_resnet(
     *, block: str, num_blocks: tuple[int, ...], base_width: int, num_classes: int
 ) -> CifarResNet:
     return CifarResNet(block, tuple(num_blocks), base_width, num_classes)
+
+
+def check_resnet(dims: dict, given) -> None:
+    """A ResNet's rules on its resolved dimensions (preset + ``given``): four stages."""
+    blocks = dims["num_blocks"]
+    if len(blocks) != 4 or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in blocks):
+        raise ConfigError(f"model.num_blocks={list(blocks)}: must be 4 integers >= 1 (blocks per stage)")
+
+
+def resnet_dims(model: CifarResNet) -> dict:
+    """The ``model.*`` dimensions of a built ResNet."""
+    return {"base_width": model.base_width, "num_blocks": list(model.num_blocks)}

@@ -20,6 +20,7 @@ from __future__ import annotations
 from torch import nn
 
 from dreamddp import _compat  # noqa: F401  (torchvision import fix before transformers)
+from dreamddp.checks import ConfigError
 
 ATTN_IMPLEMENTATION = "sdpa"
 
@@ -39,11 +40,41 @@ def _causal_lm_loss(model: nn.Module) -> nn.Module:
     return model
 
 
+def _check_heads(dims: dict, given) -> None:
+    """Each attention head gets n_embd / n_head channels; the field named is the one the
+    user set (n_head when both were)."""
+    e, h = dims["n_embd"], dims["n_head"]
+    if e % h:
+        why = "each head gets n_embd / n_head channels"
+        if "n_head" in given:
+            raise ConfigError(f"model.n_head={h}: must divide model.n_embd={e} ({why})")
+        raise ConfigError(f"model.n_embd={e}: must be a multiple of model.n_head={h} ({why})")
+
+
+def check_gpt2(dims: dict, given) -> None:
+    """GPT-2's rules on its resolved dimensions (preset + ``given``, the keys set in the config)."""
+    _check_heads(dims, given)
+
+
+def check_llama(dims: dict, given) -> None:
+    """Llama's rules: as GPT-2's, and rotary position embedding turns channel pairs, so a
+    head's width must be even."""
+    _check_heads(dims, given)
+    width = dims["n_embd"] // dims["n_head"]
+    if width % 2:
+        key = "n_head" if "n_head" in given else "n_embd"
+        raise ConfigError(f"model.{key}={dims[key]}: model.n_embd / model.n_head = {width} channels per head; "
+                          "Llama's rotary embedding needs an even number")
+
+
 def build_gpt2(
-    *, n_layer: int, n_embd: int, n_head: int, n_positions: int, vocab_size: int, dropout: float | None = None
+    *, n_layer: int, n_embd: int, n_head: int, n_positions: int, vocab_size: int, n_inner: int | None = None,
+    dropout: float | None = None,
 ) -> nn.Module:
-    """GPT2LMHeadModel; lm_head.weight is tied to transformer.wte.weight.  ``dropout`` sets
-    the embedding, attention and residual dropout (None: GPT-2's 0.1)."""
+    """GPT2LMHeadModel; lm_head.weight is tied to transformer.wte.weight.  ``n_inner``: the
+    MLP width (None: GPT-2's 4 * n_embd, left to GPT2Config so the paper preset's config is
+    GPT-2's own).  ``dropout`` sets the embedding, attention and residual dropout (None:
+    GPT-2's 0.1)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     drop = {} if dropout is None else {"embd_pdrop": dropout, "attn_pdrop": dropout, "resid_pdrop": dropout}
@@ -52,6 +83,7 @@ def build_gpt2(
         n_layer=n_layer,
         n_embd=n_embd,
         n_head=n_head,
+        n_inner=n_inner,
         n_positions=n_positions,
         vocab_size=vocab_size,
         attn_implementation=ATTN_IMPLEMENTATION,
@@ -60,26 +92,37 @@ def build_gpt2(
     return _causal_lm_loss(GPT2LMHeadModel(config))
 
 
+def gpt2_dims(model: nn.Module) -> dict:
+    """The ``model.*`` dimensions of a built GPT-2, as the run record reports them."""
+    c = model.config
+    return {"n_layer": c.n_layer, "n_embd": c.n_embd, "n_head": c.n_head, "n_inner": c.n_inner or 4 * c.n_embd,
+            "vocab_size": c.vocab_size}
+
+
 def build_llama(
-    *,
-    num_hidden_layers: int,
-    hidden_size: int,
-    num_attention_heads: int,
-    intermediate_size: int,
-    max_position_embeddings: int,
-    vocab_size: int,
+    *, n_layer: int, n_embd: int, n_head: int, n_inner: int, n_positions: int, vocab_size: int,
 ) -> nn.Module:
-    """LlamaForCausalLM with full multi-head attention and an untied lm_head."""
+    """LlamaForCausalLM with full multi-head attention and an untied lm_head.  Arguments
+    are named as GPT-2's (one set of ``model.*`` keys): n_layer = num_hidden_layers,
+    n_embd = hidden_size, n_head = num_attention_heads (= num_key_value_heads),
+    n_inner = intermediate_size, n_positions = max_position_embeddings."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        num_hidden_layers=num_hidden_layers,
-        hidden_size=hidden_size,
-        num_attention_heads=num_attention_heads,
-        num_key_value_heads=num_attention_heads,
-        intermediate_size=intermediate_size,
-        max_position_embeddings=max_position_embeddings,
+        num_hidden_layers=n_layer,
+        hidden_size=n_embd,
+        num_attention_heads=n_head,
+        num_key_value_heads=n_head,
+        intermediate_size=n_inner,
+        max_position_embeddings=n_positions,
         vocab_size=vocab_size,
         attn_implementation=ATTN_IMPLEMENTATION,
     )
     return _causal_lm_loss(LlamaForCausalLM(config))
+
+
+def llama_dims(model: nn.Module) -> dict:
+    """The ``model.*`` dimensions of a built Llama."""
+    c = model.config
+    return {"n_layer": c.num_hidden_layers, "n_embd": c.hidden_size, "n_head": c.num_attention_heads,
+            "n_inner": c.intermediate_size, "vocab_size": c.vocab_size}

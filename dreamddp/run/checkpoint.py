@@ -16,14 +16,16 @@ A worker restarted by torchrun (``cluster.max_restarts``) or a requeued SLURM jo
 continues from the newest complete checkpoint of its own run directory
 (:func:`auto_resume`).
 
-A worker file holds the model's parameters and buffers, optimizer and LR
-schedule state, the algorithm's own state (``Algorithm.state_dict``: e.g.
-Streaming DiLoCo's anchor, outer momentum and landed-but-unmerged means), the
-worker's position in its data shard, RNG states, and the set-up a resumed run
-must not measure again: ``{"link": Link.setup_state(), "algorithm": the
-set-up Algorithm.prepare returned}`` (a calibrated link rate, DreamDDP's
-schedule).  The trainer completes all communication in flight
-(``engine.flush``) before it saves.
+A worker file is ``{name: obj.state_dict()}`` for the trainer's mapping of
+named objects that save and load themselves (the Stateful protocol of
+torch.distributed.checkpoint and torchtitan): the model's parameters and
+buffers, optimizer and LR schedule state, the algorithm's own state
+(``Algorithm.state_dict``: e.g. Streaming DiLoCo's anchor, outer momentum and
+landed-but-unmerged means), the worker's position in its data shard, RNG
+states (:class:`RNGState`), and the set-up a resumed run must not measure
+again (:class:`SetUp`: a calibrated link rate, DreamDDP's schedule).  Adding a
+piece of state is one entry in that mapping.  The trainer completes all
+communication in flight (``engine.flush``) before it saves.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Mapping, Protocol
 
 import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from dreamddp.atomic import write_json
+from dreamddp.models import DIMENSIONS
 
 META = "meta.json"
 SUBDIR = "checkpoints"
@@ -45,7 +49,8 @@ _PREFIX = "step-"
 
 # The settings a checkpoint's state depends on: resuming under another value would
 # silently train something else (another data order, another shard, other tensors).
-_CONFIG_KEYS = ("model.name", "model.size", "algo.name", "data.name", "seed", "train.batch_size")
+_CONFIG_KEYS = ("model.name", "model.size", *(f"model.{k}" for k in DIMENSIONS), "algo.name", "data.name", "seed",
+                "train.batch_size")
 MUST_MATCH = (*_CONFIG_KEYS, "world_size")
 
 
@@ -97,7 +102,9 @@ def auto_resume(cfg, run_dir: str | os.PathLike, environ=None) -> Path | None:
 
 def describe_run(cfg, world_size: int) -> dict:
     """The MUST_MATCH settings of a run, as meta.json records them."""
-    return {**{key: OmegaConf.select(cfg, key) for key in _CONFIG_KEYS}, "world_size": world_size}
+    values = {key: OmegaConf.select(cfg, key) for key in _CONFIG_KEYS}
+    plain = {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for k, v in values.items()}  # lists
+    return {**plain, "world_size": world_size}
 
 
 def check_resume(cfg, world_size: int) -> tuple[Path, int]:
@@ -127,46 +134,68 @@ def check_resume(cfg, world_size: int) -> tuple[Path, int]:
     return ckpt, step
 
 
-def capture(model, optimizer, lr_schedule, algorithm, data_iter, setup: dict) -> dict:
-    """This worker's state, taken after ``engine.flush()``."""
-    rng = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        rng["cuda"] = torch.cuda.get_rng_state()
-    return {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "lr_schedule": lr_schedule.state_dict(),
-        "algorithm": algorithm.state_dict(),
-        "data": data_iter.state_dict(),
-        "rng": rng,
-        "setup": setup,
-    }
+class Stateful(Protocol):
+    """What a checkpoint holds of one named piece of state (torch.distributed.checkpoint's
+    protocol): the model, optimizer and LR schedule, an Algorithm, the data iterator, and
+    the two below."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
 
 
-def restore(state: dict, model, optimizer, lr_schedule, algorithm, data_iter) -> None:
-    """Load ``capture``'s state in place (the algorithm already bound to the engine).
+class RNGState:
+    """This process's torch (and, once initialised, CUDA) random state: dropout masks and
+    any other draws after the resume continue as they would have."""
 
-    Parameters are copied INTO the existing tensors, which are views of the
-    engine's flat buffer, so the engine's layout survives."""
+    def state_dict(self) -> dict:
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            rng["cuda"] = torch.cuda.get_rng_state()
+        return rng
+
+    def load_state_dict(self, state: dict) -> None:
+        torch.set_rng_state(state["torch"].cpu())  # CPU byte tensors, whatever map_location did
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state(state["cuda"].cpu())
+
+
+class SetUp:
+    """What the start-up passes decided, so a resumed run re-uses it instead of measuring
+    again: the link's calibration (``Link.setup_state``) and the set-up the algorithm was
+    built from (``Algorithm.prepare``'s, e.g. DreamDDP's schedule).  A resumed run reads it
+    before it builds the algorithm; loading it again with the rest changes nothing."""
+
+    def __init__(self, link, algorithm: dict) -> None:
+        self.link, self.algorithm = link, algorithm
+
+    def state_dict(self) -> dict:
+        return {"link": self.link.setup_state(), "algorithm": self.algorithm}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.link.load_setup_state(state["link"])
+        self.algorithm = state["algorithm"]
+
+
+def capture(state: Mapping[str, Stateful]) -> dict:
+    """This worker's file content, ``{name: obj.state_dict()}``, taken after ``engine.flush()``."""
+    return {name: obj.state_dict() for name, obj in state.items()}
+
+
+def restore(saved: dict, state: Mapping[str, Stateful]) -> None:
+    """Load ``capture``'s content into each named object, in place (the algorithm already
+    bound to the engine).  Parameters are copied INTO the existing tensors, which are
+    views of the engine's flat buffer, so the engine's layout survives."""
     with torch.no_grad():
-        model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    lr_schedule.load_state_dict(state["lr_schedule"])
-    algorithm.load_state_dict(state["algorithm"])
-    data_iter.load_state_dict(state["data"])
-    torch.set_rng_state(state["rng"]["torch"])
-    if "cuda" in state["rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["rng"]["cuda"])
+        for name, obj in state.items():
+            obj.load_state_dict(saved[name])
 
 
 def load(ckpt: Path, rank: int, device: torch.device) -> dict:
     path = ckpt / f"rank{rank:05d}.pt"
     if not path.is_file():
         raise CheckpointError(f"train.resume={ckpt}: {path.name} is missing")
-    state = torch.load(path, map_location=device, weights_only=True)
-    # RNG states must stay CPU byte tensors whatever map_location did.
-    state["rng"] = {k: v.cpu() for k, v in state["rng"].items()}
-    return state
+    return torch.load(path, map_location=device, weights_only=True)
 
 
 def save(run_dir: str, step: int, rank: int, state: dict, run: dict, keep: int) -> Path:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from dreamddp.checks import ConfigError, choice
+from dreamddp.checks import ConfigError, choice, positive
 from dreamddp.comm.cost import CARRIERS, LinkModel
 
 
@@ -33,6 +33,7 @@ class Link:
     def check(cls, bandwidth, cluster) -> None:
         """Refuse bad ``bandwidth`` fields for this link (one line, naming the field)."""
         cls.check_waits(bandwidth)
+        positive("bandwidth.gbps", bandwidth.gbps, optional=True)  # a rate, whether or not this link uses it
         if bandwidth.worker_gbps is not None:
             raise ConfigError(f"bandwidth.worker_gbps: per-worker rates need a link that models them "
                               f"(bandwidth backend tc); the {cls.name} link has one rate for all workers")

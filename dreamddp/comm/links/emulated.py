@@ -45,7 +45,6 @@ class EmulatedLink(Link):
     @classmethod
     def check(cls, bandwidth, cluster) -> None:
         super().check(bandwidth, cluster)
-        positive("bandwidth.gbps", bandwidth.gbps, optional=True)
         positive("bandwidth.comm_ratio", bandwidth.comm_ratio, optional=True)
         positive("bandwidth.calibration", bandwidth.calibration)
         at_least("bandwidth.latency_ms", bandwidth.latency_ms, 0)
