@@ -1,23 +1,97 @@
-"""Predicted iteration times: an algorithm's own simulator plan, timed on a profile.
+"""Predicted iteration times: an algorithm's own plan, timed on a profile.
 
-The bridge between the registry (each algorithm's ``simulation``) and the
-planning library's simulator: by algorithm name and options (``simulate``),
-for a recorded run (``simulate_record``: the algorithm settings and the unit
-groups the run itself recorded, so the model simulates what ran), and for
-every algorithm at once (``iteration_time_table``).  Like the planning
-library it never imports torch.
+The bridge between the registry and the simulator (schedule/simulator.py):
+the algorithm is built as the trainer builds it (its set-up made from the
+profile as its warm-up would make it, e.g. DreamDDP's schedule), bound to a
+torch-free layout of the profile's units, and its ``plan(t)`` is timed.  By
+algorithm name and options (``simulate``), for a recorded run
+(``simulate_record``: the algorithm settings and the unit groups the run
+itself recorded, so the model simulates what ran), and for every algorithm
+at once (``iteration_time_table``).  Like the planning library it never
+imports torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
+
+import numpy as np
 
 from dreamddp.algorithms import ALGORITHMS, Algorithm, algo_config
-from dreamddp.comm.cost import LinkModel
+from dreamddp.comm.cost import LinkModel, ring_factor
+from dreamddp.engine.layout import UnitLayout
+from dreamddp.engine.plan import SyncOp
 from dreamddp.schedule.authors_model import modelled_times
 from dreamddp.schedule.profile import Profile
-from dreamddp.schedule.simulator import SimContext, SimResult, run_plans
+from dreamddp.schedule.simulator import Compute, SimResult, Skew, simulate_plan
+
+# Unknown bytes (an authors' profile without a link rate): every unit with parameters is
+# as big as a bucket can be, so bucketed algorithms send one collective per unit.
+_UNKNOWN_BYTES = 2**50
+
+
+def layout_of(profile: Profile, world: int) -> UnitLayout:
+    """The profile's units as an algorithm binds to them.  Bytes: the profile's, else
+    estimated from each unit's measured all-reduce seconds at the profile's link rate."""
+    units = profile.units
+    if profile.nbytes:
+        missing = [u for u in units if u not in profile.nbytes]
+        if missing:
+            raise ValueError(f"profile nbytes lacks {len(missing)} unit(s), first {missing[0]!r}")
+        nbytes = [int(profile.nbytes[u]) for u in units]
+    else:
+        gbps, at = profile.meta.get("gbps"), int(profile.meta.get("world") or world)
+        comm = [profile.comm.get(u, 0.0) for u in units]
+        if gbps and at > 1:
+            per_s = gbps * 1e9 / 8 / ring_factor("all_reduce", at)
+            nbytes = [max(1, int(c * per_s)) if c > 0 else 0 for c in comm]
+        else:
+            nbytes = [_UNKNOWN_BYTES if c > 0 else 0 for c in comm]
+    return UnitLayout(tuple(units), tuple(nbytes), frozenset(units), world)
+
+
+def compute_of(profile: Profile) -> Compute:
+    """Per-unit forward and backward seconds; forward outside the units runs first."""
+    fwd = np.array([profile.fwd.get(u, 0.0) for u in profile.units], dtype=float)
+    bp = np.array([profile.bp.get(u, 0.0) for u in profile.units], dtype=float)
+    rest = max(0.0, float(sum(profile.fwd.values())) - float(fwd.sum()))
+    return Compute(fwd=fwd, bp=bp, step=profile.step_time, fwd_rest=rest)
+
+
+def op_seconds(profile: Profile, layout: UnitLayout, link: LinkModel | None):
+    """``op -> seconds`` on the link: the link model on the op's bytes (one alpha per
+    collective), or, with ``link=None``, the profile's measured per-unit all-reduce times
+    (they embody the world size and rate they were measured at), rescaled to the op's
+    collective and payload."""
+    comm = np.array([profile.comm.get(u, 0.0) for u in profile.units], dtype=float)
+    world = layout.world
+
+    def seconds(op: SyncOp) -> float:
+        units = op.units
+        nbytes = sum(layout.nbytes[u] for u in units)
+        if nbytes == 0 or world < 2:
+            return 0.0
+        if link is not None:
+            return link.seconds(op.collective, int(nbytes * op.scale), world)
+        measured = float(comm[units].sum())
+        return measured * op.scale * ring_factor(op.collective, world) / ring_factor("all_reduce", world)
+
+    return seconds
+
+
+def planning_profile(profile: Profile, layout: UnitLayout, link: LinkModel | None) -> Profile:
+    """The profile a scheduler plans with: each unit's all-reduce seconds as the link takes them."""
+    if link is None:
+        return profile
+    comm = {u: link.seconds("all_reduce", b, layout.world) if b else 0.0 for u, b in zip(layout.names, layout.nbytes)}
+    return replace(profile, comm=comm)
+
+
+def skew_of(by_rank: list[list[float]] | None, profile: Profile, seed: int = 0) -> Skew | None:
+    """The ranks' compute spread as the simulator samples it: each rank's measured compute
+    seconds per pass or iteration (``by_rank``) over the profile's iteration compute."""
+    return Skew.of(by_rank, sum(profile.fwd.values()) + sum(profile.bp.values()) + profile.step_time, seed)
 
 
 def _config(algo, H: int | None, options: dict):
@@ -31,22 +105,49 @@ def _config(algo, H: int | None, options: dict):
     return cls.Config(name=algo, **({} if H is None else {"H": H}), **options)
 
 
+def bind_to_profile(cfg, profile: Profile, layout: UnitLayout, link: LinkModel | None,
+                    schedule: dict[str, list[int]] | None = None,
+                    runs: list[list[tuple[int, int]]] | None = None,
+                    delayed: list[list[tuple[int, int]]] | None = None) -> Algorithm:
+    """The algorithm ``cfg`` names, set up from ``profile`` (or the given ``schedule``, its
+    collectives ``runs`` and its late ones ``delayed``, unit indices) and bound to ``layout``:
+    the plan the trainer would run."""
+    cls = ALGORITHMS.lookup(cfg.name)
+    if schedule is not None:
+        if not cls.scheduled:
+            raise ValueError(f"algo={cfg.name}: takes no schedule")
+        names = layout.names
+        as_names = lambda rs: None if rs is None else [[(names[a], names[b]) for a, b in its] for its in rs]  # noqa: E731
+        setup = cls.setup_from_schedule(int(cfg.H), schedule, as_names(runs), as_names(delayed))
+    else:
+        alpha = link.alpha_s if link is not None else 0.0
+        setup = cls.setup_from_profile(cfg, planning_profile(profile, layout, link), alpha)
+    algo = cls.build(cfg, setup)
+    algo.bind_plan(layout)
+    return algo
+
+
 def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str, list[int]] | None = None,
-             runs: list[list[tuple[int, int]]] | None = None, world: int = 2, link: LinkModel | None = None,
-             iterations: int | None = None, **options) -> SimResult:
+             runs: list[list[tuple[int, int]]] | None = None, delayed: list[list[tuple[int, int]]] | None = None,
+             world: int = 2, link: LinkModel | None = None, iterations: int | None = None,
+             skew: Skew | None = None, carrier=None, **options) -> SimResult:
     """Mean iteration time and exposed wait of ``algo`` (a name, or its Config) over
     ``iterations`` (default: one H-window); ``options`` are its ``algo.*`` fields."""
     cfg = _config(algo, H, options)
     cls = ALGORITHMS.lookup(cfg.name)
     cls.check(cfg)
+    if cls.syncs_itself:
+        raise ValueError(f"algo={cfg.name}: syncs by itself, outside any plan; it is not simulated")
     if not isinstance(world, int) or world < 1:
         raise ValueError(f"world must be an integer >= 1, got {world!r}")
     if not profile.units:
         raise ValueError("profile has no units")
-    plan = cls.simulation(SimContext(profile, cfg, world, link, schedule, runs))
-    if plan is None:
-        raise ValueError(f"algo={cfg.name}: has no simulator plan")
-    return run_plans(plan, profile, int(cfg.H), iterations)
+    if link is not None and not profile.nbytes:
+        raise ValueError("profile has no nbytes: a modelled link needs per-unit bytes; use measured comm times")
+    layout = layout_of(profile, world)
+    bound = bind_to_profile(cfg, profile, layout, link, schedule, runs, delayed)
+    return simulate_plan(bound.plan, compute_of(profile), op_seconds(profile, layout, link), H=int(cfg.H),
+                         iterations=iterations, skew=skew, world=world, carrier=carrier)
 
 
 def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
@@ -61,26 +162,31 @@ def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
 
 
 def simulate_record(profile: Profile, config: Mapping, *, world: int, link: LinkModel | None,
-                    groups: list[list[int]] | None = None, runs: list[list[list[int]]] | None = None) -> SimResult:
-    """One H-window of a run as it was configured (a run record's ``config``) on ``link``
+                    plan: Mapping | None = None, skew: Skew | None = None, carrier=None,
+                    iterations: int | None = None) -> SimResult:
+    """Iterations of a run as it was configured (a run record's ``config``) on ``link``
     (None: the profile's measured comm times; ``record_link`` builds one from the record).
 
-    ``groups`` is the engine's own per-iteration unit assignment (indices into
-    ``profile.units``, as a partial-sync algorithm's ``describe()`` records it),
-    ``runs`` its collectives when they are not one per unit.
+    ``plan``: the run's own plan as its algorithm described it (the record's
+    ``extra.algorithm``): a scheduled algorithm's per-iteration unit ``groups``
+    (indices into ``profile.units``), its collectives ``runs`` when they are not
+    one per unit, and its late ones ``delayed``; the simulator then times what ran.
     """
     cfg = algo_config(config["algo"])
-    schedule = None
-    if groups is not None:
+    plan = plan or {}
+    schedule = runs = delayed = None
+    if plan.get("groups") is not None and ALGORITHMS.lookup(cfg.name).scheduled:
+        groups = plan["groups"]
         schedule = {u: [t for t, g in enumerate(groups) if i in g] for i, u in enumerate(profile.units)}
-    runs = None if runs is None else [[tuple(r) for r in its] for its in runs]
-    return simulate(cfg, profile, schedule=schedule, runs=runs, world=world, link=link, iterations=cfg.H)
+        as_runs = lambda rs: None if rs is None else [[tuple(r) for r in its] for its in rs]  # noqa: E731
+        runs, delayed = as_runs(plan.get("runs")), as_runs(plan.get("delayed"))
+    return simulate(cfg, profile, schedule=schedule, runs=runs, delayed=delayed, world=world, link=link,
+                    iterations=iterations or cfg.H, skew=skew, carrier=carrier)
 
 
 def simulated_algorithms() -> list[str]:
-    """Registered algorithms with a simulator plan, in display order."""
-    simulated = [cls for cls in ALGORITHMS.values() if cls.simulation.__func__ is not Algorithm.simulation.__func__]
-    return [cls.name for cls in sorted(simulated, key=lambda c: c.display.order)]
+    """Registered algorithms the simulator can time, in display order."""
+    return [cls.name for cls in sorted(ALGORITHMS.values(), key=lambda c: c.display.order) if not cls.syncs_itself]
 
 
 def iteration_time_table(profile: Profile, H: int = 10, model: str = "simulator") -> list[dict]:

@@ -14,12 +14,24 @@ SWEEP_WANDB ?= disabled
 RESULTS ?= results
 RUNS ?= $(RESULTS)/runs
 
-.PHONY: figures paper-cpu results-wandb scheduler-reference bench
+.PHONY: figures paper-cpu results-wandb scheduler-reference bench bench-skew simulator-accuracy merge-delay compute-split
 
 BENCH_ARGS ?=
 
-bench: venv ## every algorithm side by side, interleaved and repeated, 4 CPU workers -> results/bench/README.md (~30 min)
+bench: venv ## every algorithm side by side in the compute regime, 2 workers (one per core), 3 repetitions -> results/bench/README.md (~45 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/bench.py $(BENCH_ARGS)
+
+bench-skew: venv ## the same with 4 workers on 2 cores, small presets: what the workers' skew costs -> results/bench_skew/README.md (~30 min)
+	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/bench.py --preset small --nproc 4 --out results/bench_skew $(BENCH_ARGS)
+
+simulator-accuracy: venv ## predicted vs measured iteration time, every algorithm x 3 link rates x 2 models -> results/simulator/README.md (~40 min)
+	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/simulator_accuracy.py
+
+merge-delay: venv ## DreamDDP with merge_delay 0, 1, 2: quality at equal iterations, time to target, divergence -> results/merge_delay/README.md (~30 min)
+	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/merge_delay_study.py
+
+compute-split: venv ## forward / backward / step split of every model.size=compute preset -> results/bench/compute_split.md (~5 min)
+	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/compute_split.py
 
 figures: venv ## tables + figures under results/ from the committed run records (results/runs)
 	$(PY) -m dreamddp.results figures --runs $(RUNS) --out $(RESULTS)

@@ -1,23 +1,27 @@
-"""``make bench``: every algorithm side by side in the paper's regime, interleaved and repeated.
+"""``make bench``: every algorithm side by side in the paper's compute regime, interleaved and repeated.
 
 Per repetition and model, one job (runners/bench_worker.py under torchrun,
-``--nproc`` workers) runs a calibration segment, then every segment below in
-one process group, interleaved one H-window at a time, in an order rotated by
-one per repetition and per round (DreamDDP's overlap variant is set up right
-after DreamDDP, whose schedule it reuses).  Emulated segments share one link whose all-reduce of all parameters
-takes ``--ratio`` x the steady-state backward pass; the engine-overhead
-segments run on the ideal link.  The first repetition also measures peak
-tensor memory per algorithm (profiled segments, after the timed ones).  Then
+``--nproc`` workers, one per core by default) runs a calibration segment, then
+every segment below in one process group, interleaved one H-window at a time,
+in an order rotated by one per repetition and per round (DreamDDP's overlap
+variant is set up right after DreamDDP, whose schedule it reuses).  Emulated
+segments share one link whose all-reduce of all parameters takes ``--ratio``
+x the steady-state backward pass; the engine-overhead segments run on the
+ideal link.  The first repetition also measures peak tensor memory per
+algorithm (profiled segments, after the timed ones).  Then
 runners/bench_report.py turns the run records into ``<out>/README.md``.
 
     python runners/bench.py                          # the committed benchmark (make bench)
+    python runners/bench.py --preset small --nproc 4 --out results/bench_skew   # make bench-skew
     python runners/bench.py --quick --out /tmp/b     # a 2-worker smoke run of the whole pipeline
 
-Models (``model.size=small`` and its recipe, data offline): GPT-2 on
-Shakespeare, 4 x 64 tokens per worker; ResNet-18 on Fashion-MNIST, 16 images
-per worker.
-ASC-WFBP's and DeAR's buckets are DDP's 25 MB scaled by model size (as many
-buckets as the paper-size model would have).
+Presets (``--preset``): ``compute`` (default) is each model's ``model.size=compute``,
+whose forward / backward / optimizer split on one CPU core looks like the paper
+model's on a GPU (conf/model/*.yaml); ``small`` is the CPU-sized preset, where
+per-op overhead dominates (with 4 workers on 2 cores it measures the workers'
+skew).  GPT-2 and Llama on Shakespeare, ResNets on Fashion-MNIST.  ASC-WFBP's
+and DeAR's buckets are DDP's 25 MB scaled by model size (as many buckets as the
+paper-size model would have).
 """
 
 from __future__ import annotations
@@ -33,15 +37,22 @@ import bench_report
 
 from dreamddp.atomic import write_json
 
+# Per model and preset: its overrides and its bucket size (DDP's 25 MB x model bytes / paper
+# model bytes).  GPT-2 124M: 498 MB; ResNet-18: 44.7 MB; Llama-2 (the authors' 176M): 706 MB;
+# ResNet-50: 94.7 MB.
 MODELS = {
-    "gpt2": {"overrides": ["model=gpt2", "model.size=small"],
-             "bucket_mb": 0.175},  # 25 MB x 3.5 MB / 498 MB (GPT-2 124M): ~20 buckets
-    "resnet18": {"overrides": ["model=resnet18", "model.size=small"],
-                 "bucket_mb": 1.57},  # 25 MB x 2.8 MB / 44.7 MB (ResNet-18): 2 buckets
-    # GPT-2 again with one worker per core (2 on this host): no time-slicing of cores, so
-    # what synchronising every iteration costs on shared cores shows against the 4-worker job.
-    "gpt2-2w": {"overrides": ["model=gpt2", "model.size=small"], "bucket_mb": 0.175, "nproc": 2},
+    "compute": {
+        "gpt2": {"overrides": ["model=gpt2", "model.size=compute"], "bucket_mb": 0.78},  # 15.5 MB model
+        "resnet18": {"overrides": ["model=resnet18", "model.size=compute"], "bucket_mb": 9.8},  # 17.5 MB
+        "llama2": {"overrides": ["model=llama2", "model.size=compute"], "bucket_mb": 1.57},  # 44.4 MB
+        "resnet50": {"overrides": ["model=resnet50", "model.size=compute"], "bucket_mb": 13.9},  # 52.8 MB
+    },
+    "small": {
+        "gpt2": {"overrides": ["model=gpt2", "model.size=small"], "bucket_mb": 0.175},  # 3.5 MB: ~20 buckets
+        "resnet18": {"overrides": ["model=resnet18", "model.size=small"], "bucket_mb": 1.57},  # 2.8 MB: 2 buckets
+    },
 }
+DEFAULT_MODELS = ("gpt2", "resnet18")
 QUICK = {"gpt2": ["model=gpt2", "model.size=tiny", "data.block_size=32", "train.batch_size=2"],
          "resnet18": ["model=resnet18", "model.size=tiny", "train.batch_size=4"]}
 
@@ -62,6 +73,7 @@ def segments(bucket_mb: float) -> list[dict]:
         seg("dreamddp", ["algo=dreamddp"]),
         seg("dreamddp+overlap", ["algo=dreamddp", "algo.overlap_forward=true"], schedule_from="dreamddp"),
         seg("dreamddp+general", ["algo=dreamddp", "algo.scheduler=general"]),
+        seg("dreamddp+delay", ["algo=dreamddp", "algo.merge_delay=1"]),
         seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
         seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
         seg("nosync@ideal", ["algo=nosync"], "ideal"),
@@ -82,14 +94,15 @@ def rotated(segs: list[dict], r: int) -> list[dict]:
 
 
 def job(args, model: str, rep: int, out: str) -> float:
-    overrides = QUICK[model.split("-")[0]] if args.quick else MODELS[model]["overrides"]
-    nproc = min(args.nproc, MODELS[model].get("nproc", args.nproc))
+    overrides = QUICK[model] if args.quick else MODELS[args.preset][model]["overrides"]
+    nproc = args.nproc
     spec = {
         "out": out,
         "base": [*overrides, f"cluster.nproc={nproc}", f"algo.H={args.H}", "train.eval_every=0",
                  "train.progress=false", "wandb.mode=disabled", f"warmup.profile_iterations={args.profile_iterations}",
                  "data.eval_batches=2", f"seed={rep}", *args.set],
-        "segments": rotated([s for s in segments(MODELS[model]["bucket_mb"]) if not args.only or s["label"] in args.only], rep),
+        "segments": rotated([s for s in segments(MODELS[args.preset][model]["bucket_mb"])
+                             if not args.only or s["label"] in args.only], rep),
         "ratio": args.ratio,
         "iterations": args.iterations,
         "chunk": args.H,  # iterations of one segment per turn when they are interleaved: one window
@@ -113,11 +126,12 @@ def job(args, model: str, rep: int, out: str) -> float:
     return time.perf_counter() - t0
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--preset", default="compute", choices=list(MODELS), help="model.size of every model")
+    p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=list(MODELS["compute"]))
     p.add_argument("--reps", type=int, default=3, help="repetitions (medians need >= 3)")
-    p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--nproc", type=int, default=2, help="workers (one per core measures the paper's regime)")
     p.add_argument("--H", type=int, default=10)
     p.add_argument("--ratio", type=float, default=7.0, help="comm (all-reduce of all parameters) / backward")
     p.add_argument("--iterations", type=int, default=55, help="per segment; the first 10%% are not timed")
@@ -128,8 +142,16 @@ def main(argv=None) -> int:
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every segment")
     p.add_argument("--out", default="results/bench")
     args = p.parse_args(argv)
+    unknown = [m for m in args.models if m not in MODELS[args.preset]]
+    if unknown:
+        p.error(f"--models {unknown[0]}: no {args.preset} preset (have {', '.join(MODELS[args.preset])})")
     if args.quick:
         args.nproc, args.iterations, args.calibration_iterations, args.profile_iterations = 2, 12, 6, 2
+    return args
+
+
+def run_jobs(args: argparse.Namespace) -> str:
+    """Every repetition of every model (models alternate order per repetition); returns the runs folder."""
     runs = os.path.join(args.out, "runs")
     start = time.perf_counter()
     for rep in range(args.reps):
@@ -137,7 +159,13 @@ def main(argv=None) -> int:
             took = job(args, model, rep, os.path.join(runs, model, f"rep{rep}"))
             print(f"bench: {model} repetition {rep}: {took:.0f} s", flush=True)
     write_json(os.path.join(runs, "bench.json"), {"args": vars(args), "seconds": time.perf_counter() - start})
-    bench_report.write(runs, args.out)
+    return runs
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    start = time.perf_counter()
+    bench_report.write(run_jobs(args), args.out)
     print(f"bench: {args.out}/README.md ({time.perf_counter() - start:.0f} s in all)")
     return 0
 

@@ -2,10 +2,10 @@
 
 ``EveryK`` averages all gradients after backward every k-th iteration and
 takes local steps otherwise.  Everything about it lives in this file: its
-Config (with its own check), its engine plan, its simulator plan, its warm-up
-need and its display metadata.  Nothing in dreamddp/ names it, yet Hydra
-composes ``algo=every_k``, validation applies its rule, the engine runs its
-plan, the simulator times it, warm-up prepares it and results tables order it.
+Config (with its own check), its plan (stated once), its warm-up need and its
+display metadata.  Nothing in dreamddp/ names it, yet Hydra composes
+``algo=every_k``, validation applies its rule, the engine runs its plan, the
+simulator times the same plan, warm-up prepares it and results tables order it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from dreamddp.comm.fake import FakeCommunicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.plan import Payload, SyncOp, When
 from dreamddp.engine.units import enumerate_units
-from dreamddp.schedule.simulator import IterPlan
 from engine_fixtures import engine_step, small_model
 
 YAML = """\
@@ -56,16 +55,11 @@ class EveryK(Algorithm):
     def prepare(cls, cfg, warmup) -> dict:
         return {"units_seen": len(warmup.engine.units)}
 
-    def bind(self, engine) -> None:
-        self._sync = (SyncOp(0, len(engine.units) - 1, Payload.GRAD, When.END_OF_BACKWARD, When.END_OF_BACKWARD),)
+    def bind_plan(self, layout) -> None:
+        self._sync = (SyncOp(0, len(layout) - 1, Payload.GRAD, When.END_OF_BACKWARD, When.END_OF_BACKWARD),)
 
     def plan(self, t: int):
         return self._sync if t % self.cfg.k == self.cfg.k - 1 else ()
-
-    @classmethod
-    def simulation(cls, ctx):
-        average, local = IterPlan(after_backward=ctx.collective(range(ctx.n_units))), IterPlan()
-        return lambda t: average if t % ctx.cfg.k == ctx.cfg.k - 1 else local
 
     def describe(self) -> dict:
         return {"name": self.name, "k": self.cfg.k, **self.setup}

@@ -127,3 +127,22 @@ def test_dear_simulator_exact_steady_state():
     r = simulate("dear", p, H=1, iterations=3)
     assert r.per_iter == [pytest.approx((10.6, 3.85))] * 3
     assert simulate("ssgd", p, H=1).mean_iter == 13.75
+
+
+def test_an_evaluation_forward_between_iterations_launches_nothing():
+    """Forward pre-hooks also fire in evaluation (after a flush): they launch no all-gather, and the
+    next iteration starts a fresh pipeline (reduce-scatters only)."""
+    model = odd_model()
+    comm = FakeCommunicator(world_size=2, peer_fn=HalfWorld())
+    engine = PartialSyncEngine(model, enumerate_units(model), comm, build_algorithm(algo_cfg("dear", bucket_mb=CAP_MB)))
+    opt, _ = make_opt("sgd", model)
+    for t in range(3):
+        engine_step(engine, model, opt, t)
+    engine.flush()
+    calls = len(comm.calls)
+    with torch.no_grad():
+        for _ in range(2):
+            model(batch(0, 9)[0])
+    assert len(comm.calls) == calls
+    engine_step(engine, model, opt, 3)
+    assert [c.kind for c in comm.calls[calls:]] == ["reduce_scatter"] * 3

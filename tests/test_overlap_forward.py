@@ -77,8 +77,8 @@ def _slow_link(rank, world):
             algo, handles = engine.algorithm, {}
             real_launch, real_complete, real_step = algo.launch, algo.on_complete, engine.step
 
-            def launch(eng, op, tensor):
-                h = real_launch(eng, op, tensor)
+            def launch(eng, op):
+                h = real_launch(eng, op)
                 handles[op.first] = h
                 return h
 

@@ -22,7 +22,7 @@ from dreamddp.config import CONFIG_NAME, conf_dir
 
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.stem for p in (Path(conf_dir()) / "experiment").glob("*.yaml") if p.stem != "default")
-STUDIES = ("iteration_time", "convergence", "h_ablation", "divergence", "bandwidth", "scheduler")
+STUDIES = ("iteration_time", "convergence", "h_ablation", "divergence", "bandwidth", "scheduler", "merge_delay")
 
 
 def _compose(overrides: list[str]):
@@ -46,9 +46,11 @@ def test_preset_composes_with_a_deterministic_sweep(preset):
     params = cfg.hydra.sweeper.params
     assert params, "a study preset defines its sweep"
     if preset.endswith("_cpu"):
-        # CPU studies: CPU presets (small: the paper's regime), 2-4 workers, a CPU-scale run.
-        assert cfg.cluster.name == "local" and 2 <= cfg.cluster.nproc <= 4 and cfg.model.size in ("tiny", "small")
-        assert cfg.train.iterations <= 200
+        # CPU studies: CPU presets (small: the paper's byte distribution; compute: its time split),
+        # 2-4 workers, a CPU-scale run.
+        assert cfg.cluster.name == "local" and 2 <= cfg.cluster.nproc <= 4
+        assert cfg.model.size in ("tiny", "small", "compute")
+        assert cfg.train.iterations <= 300
         assert cfg.hydra.launcher._target_.endswith("BasicLauncher")
     else:
         assert cfg.cluster.name == "slurm" and cfg.model.size == "paper"

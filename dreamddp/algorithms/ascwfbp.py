@@ -18,7 +18,6 @@ from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm, Display
 from dreamddp.checks import positive
 from dreamddp.engine.plan import Payload, SyncOp, When
 from dreamddp.schedule.partition import buckets
-from dreamddp.schedule.simulator import IterPlan
 
 
 @dataclass
@@ -43,17 +42,12 @@ class ASCWFBP(Algorithm):
         super().check(cfg)
         positive("algo.bucket_mb", cfg.bucket_mb)
 
-    def bind(self, engine) -> None:
-        self.buckets = buckets([u.nbytes for u in engine.units], bucket_bytes(self.cfg))
+    def bind_plan(self, layout) -> None:
+        self.buckets = buckets(list(layout.nbytes), bucket_bytes(self.cfg))
         self._plan = tuple(SyncOp(a, b, Payload.GRAD, When.UNIT_READY, When.END_OF_BACKWARD) for a, b in self.buckets)
 
     def plan(self, t: int):
         return self._plan
-
-    @classmethod
-    def simulation(cls, ctx):
-        per_bucket = IterPlan(overlapped=[(b[-1], ctx.collective(b)) for b in ctx.buckets(bucket_bytes(ctx.cfg))])
-        return lambda t: per_bucket
 
     def describe(self) -> dict:
         return {"name": self.name, "buckets": len(self.buckets), "bucket_mb": self.cfg.bucket_mb}

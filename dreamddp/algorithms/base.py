@@ -9,16 +9,20 @@ An algorithm module holds one :class:`Algorithm` subclass registered with
   ``check_model(cfg, layout)``: rules that need the model's units (a schedule file);
 - ``prepare(cfg, warmup)``: its warm-up needs (DreamDDP profiles and schedules),
   returning a JSON-able ``setup`` that the constructor takes and checkpoints keep;
-- ``plan(t)`` / ``launch`` / lifecycle callbacks: its engine plan (WHAT to
-  synchronise and WHEN, in the vocabulary of :mod:`dreamddp.engine.plan`);
-- ``simulation(ctx)``: its simulator plan, ``t -> IterPlan``;
+- ``bind_plan(layout)`` / ``plan(t)``: its communication, stated once (WHAT to
+  synchronise and WHEN, in the vocabulary of :mod:`dreamddp.engine.plan`),
+  built from a torch-free view of the units (names, bytes, world).  The engine
+  executes it; the simulator (schedule/simulator.py) binds the same object to
+  a profile's units and times the same ops: there is no second description;
+- ``launch`` / ``on_complete`` / lifecycle callbacks: the tensor work of its
+  ops (the default launch averages the op's slice in place);
 - ``display``: how results tables and figures name and order it.
 
 An algorithm never touches communication or timing directly: it tells the
 engine what to synchronise and when, and may override ``launch`` (e.g. to use
-another collective).  Plans are built once in :meth:`bind` and reused, so the
-hot path does no planning work.  Modules import torch lazily (dreamddp.lazy):
-the planning library simulates algorithms without loading it.
+another collective).  Plans are built once in :meth:`bind_plan` and reused,
+so the hot path does no planning work.  Modules import torch lazily
+(dreamddp.lazy): the planning library simulates algorithms without loading it.
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ from typing import Any, Callable, ClassVar
 from omegaconf import MISSING
 
 from dreamddp.checks import at_least
+from dreamddp.engine.layout import UnitLayout
 from dreamddp.engine.plan import Plan, SyncOp
 from dreamddp.registry import Registry
-from dreamddp.schedule.simulator import PlanFn, SimContext
 
 
 @dataclass
@@ -60,7 +64,9 @@ class Algorithm:
     name: ClassVar[str] = "base"
     Config: ClassVar[type] = AlgoConfig
     display: ClassVar[Display] = Display("base", 999)
-    uses_engine: ClassVar[bool] = True  # False: the model syncs itself (torch DDP)
+    # True: the model synchronises itself (torch DDP), outside our communicator: the link
+    # cannot pace it and its traffic is not in a plan, so the simulator cannot time it.
+    syncs_itself: ClassVar[bool] = False
     uses_forward_hooks: ClassVar[bool] = False  # True: engine installs per-unit forward pre-hooks
     owns_optimizer_step: ClassVar[bool] = False  # True: engine.step calls optimizer_step() instead of clip + step
     owns_grad_zeroing: ClassVar[bool] = False  # True: begin_iteration leaves the flat gradient buffer alone
@@ -84,9 +90,17 @@ class Algorithm:
         return {}
 
     @classmethod
-    def simulation(cls, ctx: SimContext) -> PlanFn | None:
-        """The simulator's plan ``t -> IterPlan`` (None: this algorithm is not simulated)."""
-        return None
+    def setup_from_profile(cls, cfg, profile, alpha: float = 0.0) -> dict:
+        """What ``prepare`` would return had its warm-up measured ``profile`` (torch-free: the
+        simulator builds the algorithm from it).  ``alpha``: seconds one collective costs."""
+        return {}
+
+    @classmethod
+    def setup_from_schedule(cls, H: int, schedule: dict, collectives=None, delayed=None) -> dict:
+        """The set-up of a ``scheduled`` algorithm that runs ``schedule`` (unit -> iterations,
+        and its collectives and late collectives as [first, last] unit names per iteration,
+        or None)."""
+        raise TypeError(f"algo={cls.name}: takes no schedule")
 
     @classmethod
     def variant(cls, cfg) -> str:
@@ -103,34 +117,43 @@ class Algorithm:
         """The optimizer the trainer builds (``train.optimizer`` unless the method says otherwise)."""
         return train.optimizer
 
-    # ---- algorithms that do not run on the engine (uses_engine = False) ----
+    # ---- how the trainer runs the model ----
     @classmethod
-    def wrap_model(cls, model, ctx):
-        """The module the trainer runs forward/backward on (torch DDP wraps the model)."""
-        return model
+    def make_engine(cls, model, units, comm, ctx, *, sample_every: int):
+        """The engine the trainer drives and the module it runs forward/backward on: the
+        partial-sync engine on the model itself (starting with nothing to sync: warm-up
+        passes run first, then ``set_algorithm``), with every replica starting from rank
+        0's parameters, as DDP does.  Algorithms that sync by themselves override it."""
+        from dreamddp.algorithms.nosync import NoSync
+        from dreamddp.engine.engine import PartialSyncEngine
 
-    @classmethod
-    def bytes_per_iteration(cls, units) -> int:
-        """What the wrapper sends per iteration, for the record (the engine counts its own)."""
-        return 0
+        engine = PartialSyncEngine(model, units, comm, NoSync(NoSync.Config(name="nosync")), sample_every=sample_every)
+        comm.broadcast(engine.flat.params, src=0)
+        return engine, model
 
     def __init__(self, cfg: Any, setup: dict | None = None):
         type(self).check(cfg)
         self.cfg = cfg
         self.setup = dict(setup or {})
 
-    # ---- engine side ----
-    def bind(self, engine) -> None:
-        """Called once by the engine; precompute plans from ``engine.units``."""
+    # ---- its communication: the plan ----
+    def bind_plan(self, layout: UnitLayout) -> None:
+        """Precompute the plans from the units (names, bytes, world); no tensors here."""
 
     def plan(self, t: int) -> Plan:
         return ()
 
-    def launch(self, engine, op: SyncOp, tensor):
-        tag = f"{op.payload.value}:{engine.units[op.first].name}" if op.first == op.last else f"{op.payload.value}:{op.first}-{op.last}"
+    # ---- engine side: the tensor work ----
+    def bind(self, engine) -> None:
+        """Called once by the engine: the plans from its units, then any tensors of its own."""
+        self.engine = engine
+        self.bind_plan(engine.layout)
+
+    def launch(self, engine, op: SyncOp):
+        """Start ``op``'s collective and return its handle (default: average the op's slice in place)."""
         if op.collective != "all_reduce":
             raise ValueError(f"{self.name}: collective {op.collective!r} needs its own launch()")
-        return engine.comm.all_reduce_avg(tensor, tag=tag)
+        return engine.comm.all_reduce_avg(engine.tensor(op), tag=op_tag(engine, op))
 
     def optimizer_step(self, engine, optimizer, grad_clip: float) -> None:
         """Only for algorithms with ``owns_optimizer_step`` (e.g. DeAR's per-group updates)."""
@@ -165,3 +188,17 @@ class Algorithm:
     def sync_iterations(self, unit: int, H: int) -> list[int]:
         """Iterations in [0, H) in which ``unit`` is synchronised (for tests and records)."""
         return [t for t in range(H) if any(unit in op.units for op in self.plan(t))]
+
+
+def op_tag(engine, op: SyncOp, prefix: str | None = None) -> str:
+    """The accounting tag of an op's collective: ``param:<unit name>`` for one unit,
+    ``param:<first>-<last>`` for a run."""
+    kind = prefix or op.payload.value
+    return f"{kind}:{engine.units[op.first].name}" if op.first == op.last and not op.more else f"{kind}:{op.first}-{op.last}"
+
+
+class Landed:
+    """The handle of a transfer completed before a checkpoint was taken (``Engine.adopt``)."""
+
+    def wait(self) -> float:
+        return 0.0

@@ -4,7 +4,8 @@ Not built on the engine: DDP buckets and all-reduces gradients inside
 backward on its own.  It is here so every other algorithm can be compared
 against code nobody here wrote.  Its communication cannot be paced by a link
 that paces inside our communicator (DDP talks to the process group directly),
-so it runs on the ideal link or under real shaping (tc).
+so it runs on the ideal link or under real shaping (tc), and the simulator
+does not time it (its traffic is in no plan).
 """
 
 from __future__ import annotations
@@ -13,19 +14,19 @@ from dreamddp.algorithms.base import ALGORITHMS, Algorithm, Display
 from dreamddp.lazy import lazy
 
 torch = lazy("torch")
+passthrough = lazy("dreamddp.engine.passthrough")
 
 
 @ALGORITHMS.register
 class DDP(Algorithm):
     name = "ddp"
     display = Display("torch DDP", 0)
-    uses_engine = False
+    syncs_itself = True
 
     @classmethod
-    def wrap_model(cls, model, ctx):
+    def make_engine(cls, model, units, comm, ctx, *, sample_every: int):
+        """DDP around the model (its constructor broadcasts rank 0's parameters), driven
+        through the engine's lifecycle calls; every gradient, every iteration, for the record."""
         ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
-
-    @classmethod
-    def bytes_per_iteration(cls, units) -> int:
-        return sum(u.nbytes for u in units)  # every gradient, every iteration
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        return passthrough.PassthroughEngine(ddp, units, sum(u.nbytes for u in units)), ddp

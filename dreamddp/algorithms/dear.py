@@ -12,11 +12,17 @@ Fusion: consecutive units (backward order) form groups closed once they hold
    (sum of every rank's shard norms, one scalar all-reduce): the norm needs
    all groups, so clipping exposes the reduce-scatter tail at the step;
 3. next forward, in forward order: in the pre-hook of a group's first unit,
-   wait for its all-gather (launched one group earlier: the first at the first
-   pre-hook), launch the next group's all-gather, then apply the group's
+   wait for its all-gather (launched one group earlier: the first at the start
+   of forward), launch the next group's all-gather, then apply the group's
    update with the trainer's optimizer on that group only (substep.py: same
    class, shared state) and zero its gradient slice;
 4. ``flush`` (before evaluation, a checkpoint, exit) completes every pending group.
+
+Both collectives are in the plan: a reduce-scatter per group (launched at its
+gradient, completed in its next forward) and, from the second iteration on,
+an all-gather per group (launched in the pre-hook of the group before it in
+forward order, completed in its own).  The plan of the first iteration after
+set-up or a flush has no all-gathers: nothing is pending then.
 
 Choice: the averaged GRADIENT shards are all-gathered and every rank steps
 the whole group (not a sharded optimizer that all-gathers parameters).  Every
@@ -42,7 +48,6 @@ from dreamddp.checks import positive
 from dreamddp.engine.plan import Payload, SyncOp, When
 from dreamddp.lazy import lazy
 from dreamddp.schedule.partition import buckets
-from dreamddp.schedule.simulator import IterPlan
 
 torch = lazy("torch")
 substep = lazy("dreamddp.engine.substep")
@@ -69,27 +74,42 @@ class DeAR(Algorithm):
         super().check(cfg)
         positive("algo.bucket_mb", cfg.bucket_mb)
 
+    def bind_plan(self, layout) -> None:
+        self.groups = buckets(list(layout.nbytes), bucket_bytes(self.cfg))
+        rs = tuple(SyncOp(a, b, Payload.GRAD, When.UNIT_READY, When.BEFORE_FORWARD, "reduce_scatter")
+                   for a, b in self.groups)
+        ag, at = [], None
+        for a, b in sorted(self.groups, key=lambda g: -g[1]):  # forward order: the input side first
+            ag.append(SyncOp(a, b, Payload.GRAD, When.BEFORE_FORWARD, When.BEFORE_FORWARD, "all_gather", lag=0, at=at))
+            at = b
+        self._first, self._steady = rs, rs + tuple(ag)
+        self._fresh = True  # the next iteration has no all-gathers (nothing pending)
+        self.group_of = {b: g for g, (_, b) in enumerate(self.groups)}  # keyed by a group's last unit
+
+    def plan(self, t: int):
+        if self._fresh:  # the one stateful plan: set up or flushed since the last iteration
+            self._fresh = False
+            return self._first
+        return self._steady
+
     def bind(self, engine) -> None:
-        self.groups = buckets([u.nbytes for u in engine.units], bucket_bytes(self.cfg))
-        self._plan = tuple(
-            SyncOp(a, b, Payload.GRAD, When.UNIT_READY, When.BEFORE_FORWARD, "reduce_scatter") for a, b in self.groups
-        )
-        self.group_of = [g for g, (a, b) in enumerate(self.groups) for _ in range(a, b + 1)]
+        super().bind(engine)
         self.world = engine.comm.world_size
         self.inflight: list[dict | None] = [None] * len(self.groups)
         self.pending: set[int] = set()  # groups whose update waits for their next forward
-        self.next_ag = -1  # groups above this index have their all-gather launched
         self.steppers = None
         self.memory = self._memory(engine)
         engine.flat.zero_grads()  # from here on the algorithm zeroes (warm-up passes left gradients)
 
-    def plan(self, t: int):
-        return self._plan
-
-    def launch(self, engine, op: SyncOp, grad: torch.Tensor):
-        g = self.group_of[op.first]
+    def launch(self, engine, op: SyncOp):
+        g = self.group_of[op.last]
+        if op.collective == "all_gather":
+            return self._launch_ag(engine, g)
         if g in self.pending:  # its units skipped their forward: apply last update first
-            self._complete(engine, g)
+            engine.complete_before_forward(op.last)  # its all-gather, if already launched
+            if g in self.pending:
+                self._finish(engine, g, self._launch_ag(engine, g))
+        grad = engine.tensor(op)
         n = -(-grad.numel() // self.world)
         padded = grad.numel() != n * self.world
         src = grad
@@ -98,7 +118,7 @@ class DeAR(Algorithm):
             src[: grad.numel()].copy_(grad)
         shard = torch.empty(n, dtype=grad.dtype, device=grad.device)
         rs = engine.comm.reduce_scatter_avg(src, shard, tag=f"rs:{op.first}-{op.last}")
-        self.inflight[g] = {"src": src, "padded": padded, "shard": shard, "rs": rs, "ag": None}
+        self.inflight[g] = {"src": src, "padded": padded, "shard": shard, "rs": rs}
         return rs  # the engine also waits it before the group's forward (a no-op by then)
 
     def optimizer_step(self, engine, optimizer, grad_clip: float) -> None:
@@ -117,24 +137,23 @@ class DeAR(Algorithm):
             engine.stats.grad_norm = float(total)
             self.coef = torch.clamp(grad_clip / (total + 1e-6), max=1.0)  # FlatModel.clip_grad_norm_'s rule
         self.pending = set(range(len(self.groups)))
-        self.next_ag = len(self.groups) - 1
 
-    def _launch_ag(self, engine) -> None:
-        g, self.next_ag = self.next_ag, self.next_ag - 1
+    def _launch_ag(self, engine, g: int):
         s = self.inflight[g]
         engine.stats.wait += s["rs"].wait()
         if self.coef is not None:
             s["shard"].mul_(self.coef)
         # The reduce-scatter's input is free now: gather into it (the gradient slice itself when unpadded).
-        s["ag"] = engine.comm.all_gather(s["src"], s["shard"], tag=f"ag:{self.groups[g][0]}-{self.groups[g][1]}")
+        a, b = self.groups[g]
+        return engine.comm.all_gather(s["src"], s["shard"], tag=f"ag:{a}-{b}")
 
-    def _complete(self, engine, g: int) -> None:
-        while self.next_ag >= g:  # normally already launched, one group ahead
-            self._launch_ag(engine)
+    def on_complete(self, engine, op: SyncOp) -> None:
+        if op.collective == "all_gather":
+            self._apply(engine, self.group_of[op.last])
+
+    def _apply(self, engine, g: int) -> None:
+        """The group's averaged gradient is whole: step the group, zero its gradient."""
         s = self.inflight[g]
-        engine.stats.wait += s["ag"].wait()
-        if self.next_ag >= 0:  # pipeline: the next group's all-gather overlaps this group's forward
-            self._launch_ag(engine)
         a, b = self.groups[g]
         grad = engine.flat.grad_slice(a, b)
         with torch.no_grad():
@@ -145,14 +164,16 @@ class DeAR(Algorithm):
         self.inflight[g] = None
         self.pending.discard(g)
 
-    def before_unit_forward(self, engine, unit: int) -> None:
-        g = self.group_of[unit]
-        if g in self.pending:
-            self._complete(engine, g)
+    def _finish(self, engine, g: int, handle) -> None:
+        engine.stats.wait += handle.wait()
+        self._apply(engine, g)
 
     def flush(self, engine) -> None:
-        for g in sorted(self.pending, reverse=True):  # forward order
-            self._complete(engine, g)
+        # The engine completed the all-gathers already launched; the rest go out now, in
+        # forward order, and the next iteration's plan starts without all-gathers.
+        for g in sorted(self.pending, key=lambda g: -self.groups[g][1]):
+            self._finish(engine, g, self._launch_ag(engine, g))
+        self._fresh = True
 
     def _memory(self, engine) -> dict:
         sizes = [engine.flat.grad_slice(a, b).numel() for a, b in self.groups]
@@ -160,19 +181,6 @@ class DeAR(Algorithm):
         pads = [s * self.world for n, s in zip(sizes, shards) if n != s * self.world]
         elem = engine.flat.grads.element_size()
         return {"shards": elem * sum(shards), "padded_copies": elem * sum(pads)}
-
-    @classmethod
-    def simulation(cls, ctx):
-        """Reduce-scatter per fused group at its last gradient; all-gathers chained through the
-        next forward (the first at its start, each next one at the previous group's pre-hook)."""
-        groups = ctx.buckets(bucket_bytes(ctx.cfg))  # backward order; a group's forward-first unit is its highest index
-        rs = [(g[-1], ctx.collective_as(g, "reduce_scatter"), g[-1]) for g in groups]
-        chain, at = [], None
-        for g in sorted(groups, key=lambda g: -g[-1]):
-            chain.append((at, ctx.collective_as(g, "all_gather"), g[-1]))
-            at = g[-1]
-        plan = IterPlan(deferred=rs, next_forward=chain)
-        return lambda t: plan
 
     def describe(self) -> dict:
         out = {"name": self.name, "bucket_mb": self.cfg.bucket_mb,

@@ -6,10 +6,11 @@ comes from a schedule: a scheduler's output on a profile of the live job
 may sync more than once per window; ``general`` assignments with their own
 collectives, schedule/make.py), or a file (``algo.schedule``).  ``prepare`` makes it during warm-up,
 before the algorithm exists; the constructor takes it as its set-up
-(``{"schedule": {"source", "H", "schedule"}}``, which the run record and
-checkpoints keep).  With
-``algo.overlap_forward`` the averages still in flight at the step finish
-behind the next forward instead (dreamddp_overlap.py).
+(``{"schedule": {"source", "H", "schedule", ...}}``, which the run record and
+checkpoints keep).  With ``algo.overlap_forward`` the averages still in flight
+at the step finish behind the next forward instead (dreamddp_overlap.py); with
+``algo.merge_delay`` the collectives the link cannot finish in place are
+merged late (delayed_merge.py, schedule/delay.py).
 
 Numerics: as PLSGD (partial.py): the average lands on the parameters before
 the local update, which then applies the local gradient on top.
@@ -21,16 +22,14 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Display
+from dreamddp.algorithms.delayed_merge import DelayedMerge
 from dreamddp.algorithms.partial import PartialParamSync
-from dreamddp.checks import ConfigError, choice
-from dreamddp.lazy import lazy
+from dreamddp.checks import ConfigError, at_least, choice
 from dreamddp.schedule.cost import groups as schedule_groups
+from dreamddp.schedule.delay import plan_delayed, window_plans
 from dreamddp.schedule.make import make_plan
-from dreamddp.schedule.schedule_file import ScheduleError, assign_runs, assign_units, read_schedule_file
-from dreamddp.schedule.simulator import IterPlan
-
-units_mod = lazy("dreamddp.engine.units")
-
+from dreamddp.schedule.schedule_file import (ScheduleError, assign_delayed, assign_runs, assign_units,
+                                             read_schedule_file)
 
 SCHEDULERS = ("dreamddp", "optimal", "general")
 
@@ -38,7 +37,8 @@ SCHEDULERS = ("dreamddp", "optimal", "general")
 @dataclass
 class DreamDDPConfig(AlgoConfig):
     # Path to a schedule JSON ({"H": H, "schedule": {module: iteration(s)}}, the authors'
-    # format, optionally with "collectives"); None = profile the live job at start-up, then schedule.
+    # format, optionally with "collectives" and "delayed"); None = profile the live job at
+    # start-up, then schedule.
     schedule: Optional[str] = None
     # What plans the profiled schedule: dreamddp (the paper's DFS over contiguous splits,
     # for reproduction) | optimal (the exact optimum over contiguous splits) | general (any
@@ -52,10 +52,15 @@ class DreamDDPConfig(AlgoConfig):
     # update is applied when its average lands, at the latest in the unit's next forward
     # pre-hook (same numerics as plain dreamddp; our extension, dreamddp_overlap.py).
     overlap_forward: bool = False
+    # 0: the paper's DreamDDP.  d >= 1: a collective the link cannot finish in place is
+    # launched after the step on a copy of its parameters and merged at the end of
+    # backward d iterations later, corrected for the local progress made meanwhile
+    # (delayed_merge.py); 1 <= d < H.
+    merge_delay: int = 0
 
 
 @ALGORITHMS.register
-class DreamDDP(PartialParamSync):
+class DreamDDP(DelayedMerge, PartialParamSync):
     name = "dreamddp"
     Config = DreamDDPConfig
     display = Display("DreamDDP", 80, periodic=True, authors_key="dream_ddp")
@@ -65,6 +70,10 @@ class DreamDDP(PartialParamSync):
     def check(cls, cfg) -> None:
         super().check(cfg)
         choice("algo.scheduler", cfg.scheduler, SCHEDULERS)
+        at_least("algo.merge_delay", cfg.merge_delay, 0)
+        if cfg.merge_delay >= cfg.H:
+            raise ConfigError(f"algo.merge_delay={cfg.merge_delay}: must be below algo.H={cfg.H} (a unit's average "
+                              "merges before the unit syncs again)")
 
     @classmethod
     def check_model(cls, cfg, layout) -> None:
@@ -72,13 +81,11 @@ class DreamDDP(PartialParamSync):
         if not cfg.schedule:
             return
         try:
-            H, schedule, collectives = read_schedule_file(cfg.schedule)
-            if H != cfg.H:
-                raise ScheduleError(f"{cfg.schedule}: the schedule's H={H} is not algo.H={cfg.H}")
+            made = read_schedule_file(cfg.schedule)
+            if made["H"] != cfg.H:
+                raise ScheduleError(f"{cfg.schedule}: the schedule's H={made['H']} is not algo.H={cfg.H}")
             unit_names, module_names = layout()
-            groups = assign_units(schedule, H, unit_names, module_names, cfg.schedule)
-            if collectives is not None:
-                assign_runs(collectives, groups, unit_names, cfg.schedule)
+            _window(made, cfg.merge_delay, unit_names, module_names, cfg.schedule)
         except ScheduleError as e:
             raise ConfigError(f"algo.schedule={e}") from None
 
@@ -86,17 +93,40 @@ class DreamDDP(PartialParamSync):
     def prepare(cls, cfg, warmup) -> dict:
         """The schedule: from ``algo.schedule``, or profiled and scheduled on the live job."""
         if cfg.schedule:
-            H, schedule, collectives = read_schedule_file(cfg.schedule)
-            source = cfg.schedule
-        else:
-            profile = warmup.planning_profile(warmup.profile())
-            H = cfg.H
-            schedule, collectives = make_plan(profile, H, cfg.scheduler, cfg.bubble_fill, warmup.link_alpha)
-            warmup.save_schedule(H, schedule, collectives)
-            source = f"profiled ({cfg.scheduler})"
-        made = {"source": source, "H": H, "schedule": schedule}
+            return {"schedule": {"source": cfg.schedule, **read_schedule_file(cfg.schedule)}}
+        setup = cls.setup_from_profile(cfg, warmup.planning_profile(warmup.profile()), warmup.link_alpha)
+        warmup.save_schedule(setup["schedule"])
+        return setup
+
+    @classmethod
+    def setup_from_profile(cls, cfg, profile, alpha: float = 0.0) -> dict:
+        """The schedule ``algo.scheduler`` makes on ``profile`` (each unit's all-reduce seconds as
+        the link would take them; ``alpha`` the cost of one collective), and which of its
+        collectives merge late under ``algo.merge_delay``."""
+        if cfg.schedule:
+            return cls.prepare(cfg, None)
+        H, names = cfg.H, profile.units
+        schedule, collectives = make_plan(profile, H, cfg.scheduler, cfg.bubble_fill, alpha)
+        source = f"profiled ({cfg.scheduler})"
+        if not cfg.merge_delay:
+            return {"schedule": {**cls.setup_from_schedule(H, schedule, collectives)["schedule"], "source": source}}
+        window = schedule_groups(profile, H, schedule)
+        runs = (assign_runs(collectives, window, names) if collectives is not None
+                else [[(u, u) for u in g] for g in window])
+        runs, late = plan_delayed(profile, H, runs, cfg.merge_delay, alpha, cfg.overlap_forward)
+        schedule = {u: [h for h, its in enumerate(runs) if any(a <= i <= b for a, b in its)] for i, u in enumerate(names)}
+        as_names = lambda rs: [[(names[a], names[b]) for a, b in its] for its in rs]  # noqa: E731
+        fused = any(a != b for its in runs for a, b in its)
+        made = cls.setup_from_schedule(H, schedule, as_names(runs) if fused else None, as_names(late))["schedule"]
+        return {"schedule": {**made, "source": f"{source}, merge_delay={cfg.merge_delay}"}}
+
+    @classmethod
+    def setup_from_schedule(cls, H: int, schedule: dict, collectives=None, delayed=None) -> dict:
+        made = {"source": "given", "H": H, "schedule": schedule}
         if collectives is not None:
             made["collectives"] = [[list(r) for r in its] for its in collectives]
+        if delayed is not None:
+            made["delayed"] = [[list(r) for r in its] for its in delayed]
         return {"schedule": made}
 
     @classmethod
@@ -111,44 +141,51 @@ class DreamDDP(PartialParamSync):
         super().__init__(cfg, setup)
         if "schedule" not in self.setup:
             raise ScheduleError("algo=dreamddp: no schedule in its set-up (give algo.schedule or let warm-up profile)")
-        made = self.setup["schedule"]
-        if made["H"] != cfg.H:
-            raise ScheduleError(f"algo.H={cfg.H} does not match the schedule's H={made['H']}")
-        self.schedule: dict[str, list[int]] = made["schedule"]
-        self.source = made.get("source", "schedule")
-        collectives = made.get("collectives")
-        self.schedule_runs = None if collectives is None else [[tuple(r) for r in its] for its in collectives]
+        self.made = self.setup["schedule"]
+        if self.made["H"] != cfg.H:
+            raise ScheduleError(f"algo.H={cfg.H} does not match the schedule's H={self.made['H']}")
+        self.source = self.made.get("source", "schedule")
+        self.late = {}
 
-    def assignment(self, engine) -> list[list[int]]:
-        names = [u.name for u in engine.units]
-        modules = {n for n, _ in engine.model.named_modules()} | set(units_mod.leaf_module_names(engine.model))
-        return assign_units(self.schedule, self.cfg.H, names, modules, self.source)
+    def bind_plan(self, layout) -> None:
+        self.groups, self.runs, self.delayed = _window(self.made, self.cfg.merge_delay, list(layout.names),
+                                                       layout.modules, self.source)
+        self.H = len(self.groups)
+        self.inplace = [sorted(u for a, b in runs for u in range(a, b + 1) if (a, b) not in late)
+                        for runs, late in zip(self.runs, self.delayed)]
+        self._plans = window_plans(self.runs, self.delayed, self.cfg.merge_delay, self.cfg.overlap_forward)
 
-    def collectives(self, engine) -> list[list[tuple[int, int]]]:
-        if self.schedule_runs is None:
-            return super().collectives(engine)
-        return assign_runs(self.schedule_runs, self.groups, [u.name for u in engine.units], self.source)
+    def state_dict(self) -> dict:
+        return {"late": self.late_state()} if self.cfg.merge_delay else {}
 
-    @classmethod
-    def sim_window(cls, ctx):
-        schedule, collectives = make_plan(ctx.with_link_comm(), ctx.H, ctx.cfg.scheduler, ctx.cfg.bubble_fill,
-                                          ctx.alpha_s)
-        window = schedule_groups(ctx.profile, ctx.H, schedule)
-        if collectives is None:
-            return window, None
-        return window, assign_runs(collectives, window, ctx.profile.units)
-
-    @classmethod
-    def simulation(cls, ctx):
-        if not ctx.cfg.overlap_forward:
-            return super().simulation(ctx)
-        # Each average is waited for in its run's next forward pre-hook (the input-side end).
-        plans = [IterPlan(deferred=[(b, c, b) for b, c in jobs]) for jobs in cls.sim_jobs(ctx)]
-        return lambda t: plans[t % ctx.H]
+    def load_state_dict(self, state: dict) -> None:
+        if not self.cfg.merge_delay:
+            return super().load_state_dict(state)
+        self.load_late_state(state.get("late", []), self.cfg.merge_delay)
 
     @classmethod
     def variant(cls, cfg) -> str:
-        return "dreamddp+overlap" if cfg.get("overlap_forward") else cls.name
+        name = "dreamddp+overlap" if cfg.get("overlap_forward") else cls.name
+        return f"{name}+delay{cfg['merge_delay']}" if cfg.get("merge_delay") else name
 
     def describe(self) -> dict:
-        return {**super().describe(), "schedule_source": self.source}
+        out = {**super().describe(), "schedule_source": self.source}
+        if any(self.delayed):
+            out.update(merge_delay=self.cfg.merge_delay, delayed=[[list(r) for r in its] for its in self.delayed])
+        return out
+
+
+def _window(made: dict, delay: int, unit_names: list[str], module_names, source: str):
+    """(units, collectives, late collectives) per iteration of the window, as unit indices."""
+    H = made["H"]
+    groups = assign_units(made["schedule"], H, unit_names, module_names, source)
+    if made.get("collectives") is not None:
+        runs = assign_runs([[tuple(r) for r in its] for its in made["collectives"]], groups, unit_names, source)
+    else:
+        runs = [[(u, u) for u in g] for g in groups]
+    late = [[] for _ in range(H)]
+    if made.get("delayed") is not None:
+        if not delay:
+            raise ScheduleError(f"{source}: has delayed collectives but algo.merge_delay=0")
+        late = assign_delayed([[tuple(r) for r in its] for its in made["delayed"]], runs, unit_names, delay, source)
+    return groups, runs, late

@@ -29,8 +29,9 @@ units plus the forward of every unit before the first one still in flight.
 
 from __future__ import annotations
 
+from dreamddp.algorithms.delayed_merge import is_late
 from dreamddp.algorithms.dreamddp import DreamDDP
-from dreamddp.engine.plan import Payload, SyncOp, When, contiguous_runs
+from dreamddp.engine.plan import contiguous_runs
 from dreamddp.lazy import lazy
 
 substep = lazy("dreamddp.engine.substep")
@@ -45,30 +46,28 @@ class DreamDDPOverlap(DreamDDP):
 
     def bind(self, engine) -> None:
         super().bind(engine)
-        self._plans = [tuple(SyncOp(a, b, Payload.PARAM, When.UNIT_READY, When.BEFORE_FORWARD) for a, b in runs)
-                       for runs in self.runs]
         everyone = set(range(len(engine.units)))
-        self.rest = [sorted(everyone - set(g)) for g in self.groups]
+        self.rest = [sorted(everyone - set(g)) for g in self.inplace]  # merged-late units step at once
         self.rest_runs = [contiguous_runs(r) for r in self.rest]
         self.steppers = None
         self.deferred: set[int] = set()  # units whose step waits for their average
         self.landed: set[int] = set()  # averages completed before this iteration's step
         engine.flat.zero_grads()  # from here on the algorithm zeroes (warm-up passes left gradients)
 
-    def launch(self, engine, op, tensor):
+    def launch(self, engine, op):
         # Never two collectives on one buffer: finish the previous average of any of the
         # op's units (and its deferred step) first.  Only hit when a unit skipped its
         # forward (unused unit).
         for u in op.units:
             engine.complete_before_forward(u)
-        return super().launch(engine, op, tensor)
+        return super().launch(engine, op)
 
     def optimizer_step(self, engine, optimizer, grad_clip: float) -> None:
         if grad_clip > 0:
             engine.stats.grad_norm = engine.flat.clip_grad_norm_(grad_clip)
         if self.steppers is None:
             self.steppers = [substep.SubsetStepper(optimizer, substep.unit_params(engine, r)) for r in self.rest]
-            synced = sorted({u for g in self.groups for u in g})
+            synced = sorted({u for g in self.inplace for u in g})
             self.unit_steppers = {u: substep.SubsetStepper(optimizer, substep.unit_params(engine, [u])) for u in synced}
         self.hyper = substep.snapshot(optimizer)
         substep.mark_stepped(optimizer)
@@ -76,12 +75,14 @@ class DreamDDPOverlap(DreamDDP):
         self.steppers[h].step(self.hyper)
         for a, b in self.rest_runs[h]:
             engine.flat.grad_slice(a, b).zero_()
-        self.deferred = set(self.groups[h])
+        self.deferred = set(self.inplace[h])
         for u in sorted(self.landed & self.deferred):  # rare: completed early (a flush mid-iteration)
             self._step_unit(engine, u)
         self.landed.clear()
 
     def on_complete(self, engine, op) -> None:
+        if is_late(op):
+            return super().on_complete(engine, op)
         for u in op.units:
             if u in self.deferred:
                 self._step_unit(engine, u)

@@ -9,16 +9,17 @@ Replicas drift apart from the first step: not a training method.
 from __future__ import annotations
 
 from dreamddp.algorithms.base import ALGORITHMS, Algorithm, Display
-from dreamddp.schedule.simulator import IterPlan
+from dreamddp.lazy import lazy
+
+passthrough = lazy("dreamddp.engine.passthrough")
 
 
 @ALGORITHMS.register
 class Plain(Algorithm):
     name = "plain"
     display = Display("plain (no engine)", 95)
-    uses_engine = False
 
     @classmethod
-    def simulation(cls, ctx):
-        nothing = IterPlan()
-        return lambda t: nothing
+    def make_engine(cls, model, units, comm, ctx, *, sample_every: int):
+        """The bare model behind the engine's lifecycle calls: no hooks, no flat buffers."""
+        return passthrough.PassthroughEngine(model, units, 0), model

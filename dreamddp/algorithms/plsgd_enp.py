@@ -26,9 +26,5 @@ class PLSGDENP(PartialParamSync):
         if cfg.H > len(units):
             raise ConfigError(f"algo.H={cfg.H}: must be between 1 and the model's {len(units)} units")
 
-    def assignment(self, engine) -> list[list[int]]:
-        return equal_count_groups(len(engine.units), self.cfg.H)
-
-    @classmethod
-    def sim_window(cls, ctx):
-        return equal_count_groups(ctx.n_units, ctx.H), None
+    def assignment(self, layout) -> list[list[int]]:
+        return equal_count_groups(len(layout), self.cfg.H)

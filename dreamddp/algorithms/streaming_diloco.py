@@ -36,11 +36,13 @@ Memory beyond S-SGD: the anchor (one fp32 copy of the model), the outer
 momentum (another, when mu > 0) and the in-flight buffers (the fragments'
 outer gradients or payloads, ``describe()['memory_bytes']``).
 
-Not through the engine's plan: the payload is derived (anchor - theta) and
-completes tau steps later, so ``plan`` is empty and the algorithm launches
-from ``after_optimizer_step``; the engine still drains and accounts the bytes.
-``flush`` completes the transfers but keeps each merge at its scheduled step,
-so evaluation frequency never changes the training trajectory.  A checkpoint
+The plan states it: in iteration t, one op per fragment that syncs, a
+derived payload (``Payload.OUTER``, over the fragment's runs of units)
+launched after the step and completed after the step of t + tau
+(``lag=tau``); an all-gather whose payload is the codec's share of the fp32
+bytes times the world size when quantised.  The engine's ``flush`` lets the
+transfers land but keeps each merge at its scheduled step, so evaluation
+frequency never changes the training trajectory.  A checkpoint
 (``state_dict``) carries the anchor, the outer momentum and every landed but
 unmerged mean, so a resumed run merges them at the same steps.
 """
@@ -50,13 +52,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm, Display
+from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm, Display, Landed
 from dreamddp.algorithms.fragments import PATTERNS, fragments
 from dreamddp.algorithms.quantize import Codec, check_codec, gather_mean
 from dreamddp.checks import ConfigError, between, choice, positive
-from dreamddp.engine.plan import contiguous_runs
+from dreamddp.engine.plan import Payload, SyncOp, When, contiguous_runs
 from dreamddp.lazy import lazy
-from dreamddp.schedule.simulator import IterPlan
 
 torch = lazy("torch")
 
@@ -119,34 +120,39 @@ class StreamingDiLoCo(Algorithm):
         self.codec = Codec(cfg.quantize, cfg.quant_block)
         self.offset = sync_offsets(self.H, self.P)
 
-    def bind(self, engine) -> None:
-        flat = engine.flat
-        self._world = engine.comm.world_size
-        self.frags = fragments([u.name for u in engine.units], self.P, self.cfg.fragment_pattern)
-        self.spans = [[flat.span(a, b) for a, b in contiguous_runs(f)] for f in self.frags]
-        self.anchor = flat.params.detach().float().clone()
-        self.momentum = torch.zeros_like(self.anchor) if self.mu > 0 else None
-        self.inflight: list[tuple[int, int, object, object]] = []  # (due t, fragment, handle, result)
-        self.merges: list[tuple[int, int]] = []  # (t, fragment): the schedule as it ran, for records/tests
+    def bind_plan(self, layout) -> None:
+        self.frags = fragments(list(layout.names), self.P, self.cfg.fragment_pattern)
+        if self.codec.kind == "none":
+            kind, scale = "all_reduce", 1.0
+        else:  # every rank's payload gathered: world x (payload bytes per fp32 byte)
+            numel = 2**20
+            kind, scale = "all_gather", layout.world * self.codec.nbytes(numel) / (4 * numel)
+        self.fragment_ops = []
+        for f in self.frags:
+            (a, b), *more = contiguous_runs(f)
+            self.fragment_ops.append(SyncOp(a, b, Payload.OUTER, When.AFTER_STEP, When.AFTER_STEP, kind, lag=self.tau,
+                                   more=tuple(more), scale=scale))
+        self._plans = [tuple(self.fragment_ops[p] for p in self.syncs_at(t)) for t in range(self.H)]
 
     def plan(self, t: int):
-        return ()
+        return self._plans[t % self.H]
+
+    def bind(self, engine) -> None:
+        super().bind(engine)
+        flat = engine.flat
+        self._world = engine.comm.world_size
+        self.spans = [[flat.span(a, b) for a, b in op.runs] for op in self.fragment_ops]
+        self.fragment_of = {op: p for p, op in enumerate(self.fragment_ops)}
+        self.anchor = flat.params.detach().float().clone()
+        self.momentum = torch.zeros_like(self.anchor) if self.mu > 0 else None
+        self.results: dict = {}  # op in flight -> its mean, once landed
+        self.merges: list[tuple[int, int]] = []  # (t, fragment): the schedule as it ran, for records/tests
 
     def syncs_at(self, t: int) -> list[int]:
         return [p for p in range(self.P) if (t + 1) % self.H == self.offset[p]]
 
-    def after_optimizer_step(self, engine) -> None:
-        t = engine.t
-        for p in self.syncs_at(t):
-            self._launch(engine, t, p)
-        due = [job for job in self.inflight if job[0] <= t]
-        self.inflight = [job for job in self.inflight if job[0] > t]
-        for _, p, handle, result in due:
-            engine.stats.wait += handle.wait()
-            self._merge(engine, p, result())
-            self.merges.append((t, p))
-
-    def _launch(self, engine, t: int, p: int) -> None:
+    def launch(self, engine, op: SyncOp):
+        p = self.fragment_of[op]
         params = engine.flat.params
         delta = torch.cat([self.anchor[a:b] - params[a:b] for a, b in self.spans[p]])
         tag = f"outer:{p}"
@@ -154,7 +160,13 @@ class StreamingDiLoCo(Algorithm):
             handle, result = engine.comm.all_reduce_avg(delta, tag=tag), (lambda: delta)
         else:
             handle, result = gather_mean(engine.comm, delta, self.codec, tag=tag)
-        self.inflight.append((t + self.tau, p, handle, result))
+        self.results[op] = result
+        return handle
+
+    def on_complete(self, engine, op: SyncOp) -> None:
+        p = self.fragment_of[op]
+        self._merge(engine, p, self.results.pop(op)())
+        self.merges.append((engine.t, p))
 
     def _merge(self, engine, p: int, mean: torch.Tensor) -> None:
         params, pos = engine.flat.params, 0
@@ -183,15 +195,11 @@ class StreamingDiLoCo(Algorithm):
             with torch.no_grad():
                 params.copy_(replica)
 
-    def flush(self, engine) -> None:
-        for _, _, handle, _ in self.inflight:  # transfers done; merges stay on schedule
-            engine.stats.wait += handle.wait()
-
     def state_dict(self) -> dict:
-        # After flush every transfer has landed: keep each mean until its scheduled merge.
+        # After the engine's flush every transfer has landed: keep each mean until its merge.
         return {
             "anchor": self.anchor, "momentum": self.momentum, "merges": list(self.merges),
-            "inflight": [(due, p, result()) for due, p, _, result in self.inflight],
+            "inflight": [(due, self.fragment_of[op], self.results[op]()) for due, op in self.engine.in_flight()],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -201,7 +209,9 @@ class StreamingDiLoCo(Algorithm):
         if self.momentum is not None:
             self.momentum.copy_(state["momentum"])
         self.merges = [tuple(m) for m in state["merges"]]
-        self.inflight = [(due, p, _Landed(), (lambda m=mean: m)) for due, p, mean in state["inflight"]]
+        for due, p, mean in state["inflight"]:
+            self.results[self.fragment_ops[p]] = lambda m=mean: m
+            self.engine.adopt(due, self.fragment_ops[p], Landed())
 
     def sync_iterations(self, unit: int, H: int) -> list[int]:
         return [t for t in range(H) if any(unit in self.frags[p] for p in self.syncs_at(t))]
@@ -223,37 +233,13 @@ class StreamingDiLoCo(Algorithm):
             "inflight_peak": peak,
         }
 
-    @classmethod
-    def simulation(cls, ctx):
-        """Fragments staggered over H, each outer all-reduce (or all-gather of fp16 / E3M0
-        payloads) launched after the step and waited tau steps later."""
-        c = ctx.cfg
-        frags = fragments(ctx.profile.units, c.fragments, c.fragment_pattern)
-        offsets = sync_offsets(ctx.H, c.fragments)
-        if c.quantize == "none":
-            seconds = [ctx.collective_as(f, "all_reduce") for f in frags]
-        else:  # every rank's payload gathered: world x (payload bytes per fp32 byte)
-            codec, numel = Codec(c.quantize, c.quant_block), 2**20
-            scale = ctx.world * codec.nbytes(numel) / (4 * numel)
-            seconds = [ctx.collective_as(f, "all_gather", scale) for f in frags]
-        plans = [IterPlan(lagged=[(seconds[p], c.tau) for p in range(c.fragments) if (t + 1) % ctx.H == offsets[p]])
-                 for t in range(ctx.H)]
-        return lambda t: plans[t % ctx.H]
-
     def describe(self) -> dict:
         out = {
             "name": self.name, "H": self.H, "fragments": self.P, "fragment_pattern": self.cfg.fragment_pattern,
             "tau": self.tau, "alpha": self.alpha, "outer_lr": self.outer_lr, "outer_momentum": self.mu,
             "quantize": self.codec.kind, "quant_block": self.codec.block, "sync_offsets": self.offset,
         }
-        if hasattr(self, "frags"):
+        if hasattr(self, "spans"):
             out["fragment_units"] = [len(f) for f in self.frags]
             out["memory_bytes"] = self.memory_bytes(self._world)
         return out
-
-
-class _Landed:
-    """The handle of a transfer completed before a checkpoint was taken."""
-
-    def wait(self) -> float:
-        return 0.0

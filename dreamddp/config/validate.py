@@ -44,7 +44,7 @@ def _check_components(cfg: DictConfig) -> None:
     link.check(cfg.bandwidth, cfg.cluster)
     algo = ALGORITHMS.lookup(cfg.algo.name)
     algo.check(cfg.algo)
-    if link.paced and not algo.uses_engine:
+    if link.paced and algo.syncs_itself:
         raise ConfigError(f"algo={cfg.algo.name} is not paced by the {link.name} link (it talks to the process "
                           "group itself); use bandwidth=ideal or a tc_* preset")
     algo.check_model(cfg.algo, lambda: _layout(cfg))
@@ -54,15 +54,11 @@ def _layout(cfg: DictConfig) -> tuple[list[str], set[str]]:
     """Unit and module names of the configured model, built on the meta device (no memory, no init)."""
     import torch
 
-    from dreamddp.data import DATASETS
     from dreamddp.engine.units import leaf_module_names
-    from dreamddp.models import MODELS, build_model, model_units
+    from dreamddp.models import build_model, model_args, model_units
 
-    lm = MODELS[cfg.model.name].task == "lm"
     with torch.device("meta"):
-        model = build_model(cfg.model.name, cfg.model.size,
-                            num_classes=None if lm else DATASETS[cfg.data.name].num_classes,
-                            vocab_size=cfg.model.vocab_size if lm else None)
+        model = build_model(**model_args(cfg))
     names = [u.name for u in model_units(model)]
     return names, {n for n, _ in model.named_modules()} | set(leaf_module_names(model))
 
@@ -91,19 +87,15 @@ def _check_data_available(cfg: DictConfig) -> None:
 def _check_shards(cfg: DictConfig) -> None:
     """Every worker's shard of the training split must hold one batch.  Launcher only: it
     loads the split once (the cache the launcher's data preparation makes anyway)."""
-    from dreamddp.data import DATASETS, build_data
+    from dreamddp.data import build_data, data_args
     from dreamddp.run.dist_env import worker_env
     from dreamddp.models import MODELS
 
     if worker_env() is not None:
         return
     world = int(cfg.cluster.nproc) * int(cfg.cluster.nnodes)
-    d, task = cfg.data, MODELS[cfg.model.name].task
     try:  # equal shards: all ranks' are the same size, so the last one speaks for all
-        build_data(d.name, task=task, rank=world - 1, world_size=world, seed=cfg.seed,
-                   batch_size=cfg.train.batch_size, root=d.root, block_size=d.block_size,
-                   eval_fraction=d.eval_fraction, eval_batches=d.eval_batches, synthetic_size=d.synthetic_size,
-                   num_classes=DATASETS[d.name].num_classes if task == "image" else None)
+        build_data(**data_args(cfg, task=MODELS[cfg.model.name].task, rank=world - 1, world_size=world))
     except ValueError as exc:
         if str(exc).startswith("batch_size="):
             raise ConfigError(f"train.{exc}") from None

@@ -8,18 +8,29 @@ Per iteration t the training loop calls::
     engine.step(optimizer, clip)  # clip + optimizer step
     engine.after_step()           # launch/wait AFTER_STEP ops, close the books
 
-Algorithms that apply updates outside the plain step (dear, dreamddp with
-``overlap_forward``) set ``owns_optimizer_step``: ``step`` then hands the
-trainer's optimizer and clip value to ``algorithm.optimizer_step`` instead of
-clipping and stepping itself; ``owns_grad_zeroing`` stops ``begin_iteration``
-from zeroing gradients that a deferred update still has to read.
+Each op of the plan is launched at its launch point (``algorithm.launch``
+makes the collective) and completed at its completion point, ``op.lag``
+iterations later (the handle is waited for, then ``algorithm.on_complete``);
+forward pre-hooks, when the algorithm asks for them, serve BEFORE_FORWARD
+launches and completions.  Algorithms that apply updates outside the plain
+step (dear, dreamddp with ``overlap_forward``) set ``owns_optimizer_step``:
+``step`` then hands the trainer's optimizer and clip value to
+``algorithm.optimizer_step`` instead of clipping and stepping itself;
+``owns_grad_zeroing`` stops ``begin_iteration`` from zeroing gradients that a
+deferred update still has to read.
 
 Gradient readiness comes from ``Tensor.register_post_accumulate_grad_hook``: a
 unit is ready when all its parameters' gradients are accumulated, which is
 also the moment autograd stops reading its parameters, so averaging them in
 place from then on is safe (the DreamDDP paper's argument).  Ops that complete
 BEFORE_FORWARD are waited for in the forward pre-hook of their first unit to
-run in the next iteration: ``op.last``, the input-side end of the run.
+run: ``op.last``, the input-side end of the run.
+
+``flush`` (before evaluation, a checkpoint, exit) completes whatever a forward
+pre-hook would (the parameters must be whole), but for ops due at the end of
+backward or after the step of a LATER iteration it only lets the transfer
+land: their ``on_complete`` still runs at the iteration the plan says, so how
+often a run evaluates never changes its trajectory.
 
 The engine does no per-parameter Python work per step beyond the autograd
 hooks themselves (one counter decrement each): gradients are zeroed, clipped
@@ -34,7 +45,9 @@ import torch
 from torch import nn
 
 from dreamddp.clock import clock_for
+from dreamddp.engine.divergence import divergence
 from dreamddp.engine.flat import FlatModel
+from dreamddp.engine.layout import UnitLayout
 from dreamddp.engine.plan import Payload, Plan, SyncOp, When
 from dreamddp.engine.stats import IterationStats
 from dreamddp.engine.units import Unit
@@ -47,15 +60,19 @@ class PartialSyncEngine:
         self.comm = comm
         self.algorithm = algorithm
         self.flat = FlatModel(units)
+        self.layout = UnitLayout(tuple(u.name for u in units), tuple(u.nbytes for u in units),
+                                 frozenset(n for n, _ in model.named_modules() if n), comm.world_size)
         self.clock = clock_for(self.flat.params.device)  # device-synchronised stamps on CUDA
         self.sample_every = sample_every  # record per-unit timelines every k iterations (0: never)
         self.t = -1
         self.stats = IterationStats(-1)
-        self._plan_index: dict[int, tuple] = {}  # id(plan) -> (triggers, remaining template)
+        self._plan_index: dict[int, tuple] = {}  # id(plan) -> (triggers, remaining template, forward launches)
         self._missing_template = [len(u.params) for u in units]
         self._ready = [0.0] * len(units)
-        self._pending: dict[When, list] = {w: [] for w in When}
-        self._before_forward: dict[int, list] = {}
+        # In flight, by where they complete: (iteration, When) -> [(op, handle)], and
+        # (iteration, unit) -> [(op, handle)] for BEFORE_FORWARD completions.
+        self._due: dict[tuple[int, When], list] = {}
+        self._due_forward: dict[tuple[int, int], list] = {}
         self._hooks = [
             p.register_post_accumulate_grad_hook(functools.partial(self._on_grad_ready, u.index))
             for u in units
@@ -84,7 +101,7 @@ class PartialSyncEngine:
         key = id(self.plan)
         if key not in self._plan_index:
             self._plan_index[key] = self._index(self.plan)
-        self._triggers, template = self._plan_index[key]
+        self._triggers, template, self._forward_launch = self._plan_index[key]
         self._remaining = list(template)
         self._launched = [False] * len(self.plan)
         self._missing = list(self._missing_template)
@@ -93,13 +110,17 @@ class PartialSyncEngine:
         self.stats.start = self.clock()
         if not self.algorithm.owns_grad_zeroing:
             self.flat.zero_grads()
+        for i in self._forward_launch.get(None, ()):
+            self._launch(i)
 
     def end_backward(self) -> None:
         self.stats.backward_end = self.clock()
         for i, op in enumerate(self.plan):
-            if not self._launched[i] and op.launch in (When.UNIT_READY, When.END_OF_BACKWARD):
-                # UNIT_READY ops whose units got no gradient this step still sync.
+            if not self._launched[i] and op.launch is not When.AFTER_STEP:
+                # Ops whose units got no gradient (or skipped their forward) this step still sync.
                 self._launch(i)
+        for key in [k for k in self._due_forward if k[0] <= self.t]:  # their forward pre-hook did not run
+            self._complete(self._due_forward.pop(key))
         self._wait(When.END_OF_BACKWARD)
 
     def step(self, optimizer: torch.optim.Optimizer, grad_clip: float = 0.0) -> None:
@@ -126,11 +147,15 @@ class PartialSyncEngine:
         return self.stats
 
     def flush(self) -> None:
-        """Complete everything in flight (before evaluation, checkpointing or exit)."""
-        for when in When:
-            self._wait(when)
-        for u in list(self._before_forward):
-            self._complete_before_forward(u)
+        """Complete what a forward pre-hook or this iteration would; let later merges land only."""
+        for key in list(self._due_forward):
+            self._complete(self._due_forward.pop(key))
+        for key in list(self._due):
+            if key[0] <= self.t:
+                self._complete(self._due.pop(key))
+            else:
+                for _, handle in self._due[key]:
+                    self.stats.wait += handle.wait()  # landed; on_complete at its iteration
         self.algorithm.flush(self)
 
     def close(self) -> None:
@@ -139,22 +164,42 @@ class PartialSyncEngine:
             h.remove()
         self._hooks.clear()
 
+    def divergence(self) -> dict:
+        """Per-unit parameter divergence across workers (engine/divergence.py)."""
+        return divergence(self.flat)
+
+    # ---- in flight across a checkpoint ---------------------------------------
+    def in_flight(self) -> list[tuple[int, SyncOp]]:
+        """Ops launched but not completed (after ``flush``: landed, merged later), with the
+        iteration they complete in."""
+        return [(key[0], op) for key, entries in self._due.items() for op, _ in entries]
+
+    def adopt(self, iteration: int, op: SyncOp, handle) -> None:
+        """Take over an op in flight from a checkpoint: completed at ``op.complete`` of ``iteration``."""
+        self._due.setdefault((iteration, op.complete), []).append((op, handle))
+
     # ---- tensors ----------------------------------------------------------
     def tensor(self, op: SyncOp) -> torch.Tensor:
         if op.payload is Payload.GRAD:
             return self.flat.grad_slice(op.first, op.last)
-        return self.flat.param_slice(op.first, op.last)
+        if op.payload is Payload.PARAM:
+            return self.flat.param_slice(op.first, op.last)
+        raise ValueError(f"{self.algorithm.name}: a {op.payload.value} payload is made by its own launch()")
 
     # ---- internals ---------------------------------------------------------
     def _index(self, plan: Plan):
         triggers: dict[int, list[int]] = {}
+        forward: dict[int | None, list[int]] = {}
         template = []
         for i, op in enumerate(plan):
-            template.append(op.last - op.first + 1 if op.launch is When.UNIT_READY else -1)
-            if op.launch is When.UNIT_READY:
+            ready = op.launch is When.UNIT_READY
+            template.append(len(op.units) if ready else -1)
+            if ready:
                 for u in op.units:
                     triggers.setdefault(u, []).append(i)
-        return triggers, template
+            elif op.launch is When.BEFORE_FORWARD:
+                forward.setdefault(op.at, []).append(i)
+        return triggers, template, forward
 
     def _on_grad_ready(self, u: int, _param: torch.Tensor) -> None:
         self._missing[u] -= 1
@@ -170,31 +215,40 @@ class PartialSyncEngine:
     def _launch(self, i: int) -> None:
         op = self.plan[i]
         self._launched[i] = True
-        handle = self.algorithm.launch(self, op, self.tensor(op))
+        handle = self.algorithm.launch(self, op)
+        self.stats.ops.append(op)
+        due = self.t + op.lag
         if op.complete is When.BEFORE_FORWARD:
             # Keyed by op.last: units run forward in reverse backward order, so the
             # input-side end of the run is the first whose forward needs the result.
-            self._before_forward.setdefault(op.last, []).append((op, handle))
+            self._due_forward.setdefault((due, op.last), []).append((op, handle))
         else:
-            self._pending[op.complete].append((op, handle))
+            self._due.setdefault((due, op.complete), []).append((op, handle))
+
+    def _complete(self, entries: list) -> None:
+        for _, handle in entries:
+            self.stats.wait += handle.wait()
+        for op, _ in entries:
+            self.algorithm.on_complete(self, op)
 
     def _wait(self, when: When) -> None:
-        pending, self._pending[when] = self._pending[when], []
-        for op, handle in pending:
-            self.stats.wait += handle.wait()
-            self.algorithm.on_complete(self, op)
+        for key in [k for k in self._due if k[1] is when and k[0] <= self.t]:
+            self._complete(self._due.pop(key))
 
     def complete_before_forward(self, u: int) -> None:
-        """Complete now the BEFORE_FORWARD ops keyed at unit ``u`` (no-op if none)."""
-        if u in self._before_forward:
-            self._complete_before_forward(u)
-
-    def _complete_before_forward(self, u: int) -> None:
-        for op, handle in self._before_forward.pop(u, ()):
-            self.stats.wait += handle.wait()
-            self.algorithm.on_complete(self, op)
+        """Complete now the BEFORE_FORWARD ops of unit ``u`` (no-op if none)."""
+        for key in [k for k in self._due_forward if k[1] == u]:
+            self._complete(self._due_forward.pop(key))
 
     def _before_unit_forward(self, u: int, _module, _args) -> None:
-        if u in self._before_forward:
-            self._complete_before_forward(u)
+        due = self._due_forward.pop((self.t, u), None)
+        if due:  # wait, launch what this pre-hook launches, then apply (the link stays busy)
+            for _, handle in due:
+                self.stats.wait += handle.wait()
+        for i in self._forward_launch.get(u, ()):
+            if not self._launched[i]:  # once per iteration: an evaluation forward launches nothing
+                self._launch(i)
+        if due:
+            for op, _ in due:
+                self.algorithm.on_complete(self, op)
         self.algorithm.before_unit_forward(self, u)

@@ -48,6 +48,14 @@ class PassthroughEngine:
         self.stats.end = self.clock()
         return self.stats
 
+    def set_algorithm(self, algorithm) -> None:
+        """Nothing to bind: the model synchronises itself, or not at all."""
+        self.algorithm = algorithm
+
+    def divergence(self) -> None:
+        """Not measured: no flat buffers here (DDP's replicas never diverge)."""
+        return None
+
     def flush(self) -> None: ...
 
     def close(self) -> None: ...

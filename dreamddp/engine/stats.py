@@ -19,6 +19,7 @@ class IterationStats:
     grad_norm: float | None = None
     unit_ready: list[float] | None = None  # per-unit gradient-ready time since start (sampled)
     events: list[dict] = field(default_factory=list)  # per-collective launch/complete (sampled)
+    ops: list = field(default_factory=list)  # the plan's ops launched this iteration (SyncOp)
 
     def add_record(self, rec) -> None:
         self.bytes += rec.nbytes

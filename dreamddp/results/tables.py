@@ -3,9 +3,8 @@
 Runs are compared within a group: same study and scale, model, data, worker
 count and link.  Per run: mean iteration time and exposed wait (the run's
 summary: warm-up iterations excluded, dreamddp/run/summary.py), payload per
-iteration, final evaluation, and the time to target: the cumulative training
-time (sum of iteration times; evaluation, start-up and DreamDDP's profiling
-excluded) at the first evaluation whose metric reaches the target.
+iteration, final evaluation, and the time to target (results/target.py) of
+the evaluation series.
 
 Target (per group): ``target`` if given, else the worst final value among the
 group's runs (the highest final eval loss, or the lowest final accuracy), so
@@ -24,6 +23,7 @@ from typing import Iterable, Optional
 from dreamddp.algorithms import ALGORITHMS
 from dreamddp.atomic import write_csv as atomic_csv
 from dreamddp.atomic import write_text
+from dreamddp.results.target import eval_points, time_to_target
 
 # Studies whose runs only profile (two training steps): their timings make no table.
 PROFILE_ONLY = ("scheduler",)
@@ -79,16 +79,6 @@ def h_of(run: dict) -> Optional[int]:
     return int(algo["H"]) if cls is not None and cls.display.periodic else None
 
 
-def time_to_target(run: dict, metric: str, target: float) -> Optional[float]:
-    """Training seconds at the first evaluation reaching ``target`` (None: never reached)."""
-    better = HIGHER_IS_BETTER[metric]
-    for e in run["evals"]:
-        value = e.get(metric)
-        if value is not None and (value >= target if better else value <= target) and e.get("elapsed") is not None:
-            return float(e["elapsed"])
-    return None
-
-
 def final(run: dict, metric: str) -> Optional[float]:
     values = [e[metric] for e in run["evals"] if e.get(metric) is not None]
     return float(values[-1]) if values else None
@@ -123,7 +113,8 @@ def speedup_rows(runs: Iterable[dict], metric: str = "loss", targets: Optional[d
                 "mean_iteration_time_s": s.get("mean_iteration_time"), "mean_wait_s": s.get("mean_wait"),
                 "mib_per_iteration": (s.get("bytes_per_iteration") or 0.0) / 2**20,
                 "final_eval": final(run, metric), "metric": metric, "target": target,
-                "time_to_target_s": time_to_target(run, metric, target) if target is not None else None,
+                "time_to_target_s": (time_to_target(eval_points(run, metric), target, HIGHER_IS_BETTER[metric])
+                                     if target is not None else None),
             })
         _add_speedups(block)
         rows += sorted(block, key=_sort_key)

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from dreamddp.run.record import RunRecord
 from dreamddp.schedule.profile import Profile, save_profile
 from dreamddp.schedule.schedule_file import save_schedule
-from dreamddp.run.summary import summarise
+from dreamddp.run.summary import prediction_error, summarise
 from dreamddp.run.wandb_log import WandbLogger
 
 
@@ -34,7 +34,7 @@ class NullRecorder:
     def divergence(self, iteration: int, div: dict) -> None: ...
     def checkpoint(self, row: dict) -> None: ...
     def save_profile(self, profile: Profile) -> None: ...
-    def save_schedule(self, H: int, schedule: dict, collectives=None) -> None: ...
+    def save_schedule(self, made: dict) -> None: ...
     def close(self, cfg, world_size: int, predict: Callable[[], dict] | None = None) -> None: ...
     def fail(self, message: str) -> None: ...
 
@@ -74,14 +74,17 @@ class Recorder(NullRecorder):
         save_profile(profile, os.path.join(self.run_dir, "profile"))
         self.set("profile", {"dir": "profile", "step_time": profile.step_time, **profile.meta})
 
-    def save_schedule(self, H: int, schedule: dict, collectives=None) -> None:
-        save_schedule(os.path.join(self.run_dir, "schedule.json"), H, schedule, collectives)
+    def save_schedule(self, made: dict) -> None:
+        save_schedule(os.path.join(self.run_dir, "schedule.json"), made["H"], made["schedule"],
+                      made.get("collectives"), made.get("delayed"))
 
     def close(self, cfg, world_size: int, predict: Callable[[], dict] | None = None) -> None:
         """The summary (and the simulator's prediction), then the record is completed."""
         summary = summarise(self.record, cfg, world_size)
         if predict is not None:
-            summary["predicted"] = predict()
+            summary["predicted"] = predicted = predict()
+            if predicted.get("per_position") and self.record.data["iterations"]:
+                predicted["error"] = prediction_error(self.record.data["iterations"], predicted["per_position"])
         self.record.finish(summary)
         self.wandb.summary(summary)
         self.wandb.finish(exit_code=0)

@@ -44,6 +44,36 @@ def summarise(record, cfg, world_size: int) -> dict:
     return summary
 
 
+QUANTILES = [q / 20 for q in range(21)]  # 0, 5%, ..., 100%
+
+
+def compute_summary(by_rank: list[list[float]]) -> list[dict]:
+    """Per rank, its compute seconds per timed iteration as a compact distribution: the mean
+    and 21 quantiles (what the simulator samples for the ranks' skew)."""
+    out = []
+    for r, values in enumerate(by_rank):
+        if not values:
+            continue
+        ordered = sorted(values)
+        quantiles = [ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] for q in QUANTILES]
+        out.append({"rank": r, "mean": statistics.fmean(values), "quantiles": quantiles})
+    return out
+
+
+def prediction_error(rows: list[dict], per_position: list[float]) -> dict:
+    """Measured over predicted time, per timed iteration (``predicted`` in each row) and in sum."""
+    H = len(per_position)
+    timed = rows[warmup_cut(len(rows)):] or rows
+    rel = []
+    for r in timed:
+        r["predicted"] = per_position[r["iteration"] % H]
+        rel.append(r["time"] / r["predicted"] - 1.0)
+    absolute = sorted(abs(x) for x in rel)
+    return {"mean": statistics.fmean(rel), "median_abs": statistics.median(absolute),
+            "p95_abs": absolute[min(len(absolute) - 1, round(0.95 * (len(absolute) - 1)))],
+            "note": "per timed iteration: measured / predicted - 1 (row 'predicted': the window position's expected time)"}
+
+
 def render(s: dict) -> str:
     ev = s["final_eval"] or {}
     evs = ", ".join(f"{k} {v:.4g}" for k, v in ev.items() if k != "iteration")

@@ -18,6 +18,7 @@ Reports go through a recorder that is a no-op on ranks > 0 (dreamddp.run.recorde
 from __future__ import annotations
 
 import os
+import statistics
 
 import torch
 import torch.distributed as dist
@@ -26,23 +27,23 @@ from omegaconf import DictConfig, OmegaConf
 from dreamddp import faults
 from dreamddp.run import checkpoint, dist_env, failures, preempt
 from dreamddp.algorithms import ALGORITHMS
-from dreamddp.algorithms.nosync import NoSync
 from dreamddp.checks import at_least
 from dreamddp.comm.communicator import Communicator
 from dreamddp.comm.links import build_link
-from dreamddp.data import DATASETS, build_data
-from dreamddp.engine.divergence import divergence
-from dreamddp.engine.engine import PartialSyncEngine
-from dreamddp.engine.passthrough import PassthroughEngine
+from dreamddp.data import build_data, data_args
 from dreamddp.engine.units import reorder_units
-from dreamddp.models import MODELS, build_model, model_units
+from dreamddp.models import MODELS, build_model, model_args, model_units, summarize, summary_line
 from dreamddp.models.tasks import compute_loss, evaluate
 from dreamddp.optim import build_lr_schedule, build_optimizer
-from dreamddp.prediction import simulate_record
+from dreamddp.comm.gather import gather_by_rank
+from dreamddp.prediction import simulate_record, skew_of
 from dreamddp.run.record import mark_preempted
 from dreamddp.run.recorder import NullRecorder, recorder_for
-from dreamddp.run.summary import Progress
+from dreamddp.run.summary import Progress, compute_summary, warmup_cut
 from dreamddp.warmup import Warmup
+
+
+PREDICTED_WINDOWS = 20  # windows the in-run prediction averages over (the skew is sampled)
 
 
 def check(train) -> None:
@@ -99,25 +100,21 @@ class Run:
         self.start = 0  # first iteration to run (a checkpoint's step when resuming)
         self.next: int | None = None  # next iteration loop() runs (None: loop not started)
         self.warmup: Warmup | None = None
+        self.compute: list[float] = []  # this rank's compute seconds (iteration less exposed wait)
 
     # ---- 1. build -----------------------------------------------------------------
     def build(self) -> None:
-        cfg, ctx, mc, dc, tc = self.cfg, self.ctx, self.cfg.model, self.cfg.data, self.cfg.train
+        cfg, ctx, mc, tc = self.cfg, self.ctx, self.cfg.model, self.cfg.train
         torch.set_num_threads(cfg.cluster.threads_per_worker)
         torch.manual_seed(cfg.seed)
-        lm = self.task == "lm"
-        num_classes = DATASETS[dc.name].num_classes
-        self.model = build_model(
-            mc.name, mc.size, num_classes=None if lm else num_classes,
-            vocab_size=mc.vocab_size if lm else None, block_size=dc.block_size if lm else None,
-        ).to(ctx.device)
-        vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
-        self.data = build_data(
-            dc.name, task=self.task, rank=ctx.rank, world_size=ctx.world_size, seed=cfg.seed,
-            batch_size=tc.batch_size, root=dc.root, block_size=dc.block_size, vocab_size=vocab,
-            eval_fraction=dc.eval_fraction, eval_batches=dc.eval_batches, synthetic_size=dc.synthetic_size,
-            num_classes=num_classes,
-        )
+        self.model = build_model(**model_args(cfg)).to(ctx.device)
+        if self.recorder.active:  # rank 0: the model's size in the record, and one line at start
+            model_summary = summarize(mc.name, mc.size, self.model)
+            self.recorder.set("model", model_summary)
+            print(summary_line(model_summary), flush=True)
+        vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)  # LMs: token ids remapped into it
+        self.data = build_data(**data_args(cfg, task=self.task, rank=ctx.rank, world_size=ctx.world_size,
+                                           vocab_size=vocab))
         self.to_dev = _mover(ctx.device)
         # Units in the order their gradients become ready, measured on a held-out batch;
         # every rank adopts rank 0's order, so plans and schedules agree.
@@ -132,14 +129,9 @@ class Run:
         contended = bool(ctx.host.get("oversubscribed")) and not ctx.host.get("cpu_quota")
         self.comm = Communicator(link=self.link, carrier=self.link.carrier(cfg.bandwidth.carrier, ctx.device),
                                  hold_core=self.link.hold_core(cfg.bandwidth.hold_core, ctx.device, contended))
-        if self.algo_cls.uses_engine:
-            self.engine = PartialSyncEngine(self.model, self.units, self.comm, NoSync(cfg.algo),
-                                            sample_every=max(1, cfg.algo.H))
-            self.comm.broadcast(self.engine.flat.params, src=0)  # identical start, as DDP does
-            self.train_model = self.model
-        else:  # the model syncs itself (torch DDP), or not at all
-            self.train_model = self.algo_cls.wrap_model(self.model, ctx)
-            self.engine = PassthroughEngine(self.train_model, self.units, self.algo_cls.bytes_per_iteration(self.units))
+        # The algorithm decides what runs the model: the partial-sync engine, or DDP's own wrapper.
+        self.engine, self.train_model = self.algo_cls.make_engine(self.model, self.units, self.comm, ctx,
+                                                                  sample_every=max(1, cfg.algo.H))
         self.optimizer = build_optimizer(tc, self.model.parameters(), self.algo_cls.optimizer_name(cfg.algo, tc))
         self.lr_schedule = build_lr_schedule(tc, self.optimizer)
 
@@ -154,21 +146,22 @@ class Run:
             self.link.load_setup_state(saved["link"])
             setup = saved["algorithm"]
             rec.set("resumed_from", {"checkpoint": str(ckpt), "step": self.start})
-        elif self.algo_cls.uses_engine:
+        else:
             # Measured on the live job with no traffic of the algorithm's own; training state restored after.
             next_loss = lambda: compute_loss(self.task, self.model, self.to_dev(next(self.data.train)))  # noqa: E731
             self.warmup = Warmup(cfg, self.engine, self.comm, self.optimizer, next_loss, rec)
             if self.link.needs_calibration:
                 rec.set("link_calibration", self.link.calibrate(self.warmup))
             setup = self.algo_cls.prepare(cfg.algo, self.warmup)
-        else:
-            setup = {}
-        self.setup = setup
         self.algorithm = self.algo_cls.build(cfg.algo, setup)
-        if self.algo_cls.uses_engine:
-            self.engine.set_algorithm(self.algorithm)
+        self.engine.set_algorithm(self.algorithm)
+        self.checkpointed = {  # what a checkpoint holds, by name; each object saves and loads itself
+            "model": self.model, "optimizer": self.optimizer, "lr_schedule": self.lr_schedule,
+            "algorithm": self.algorithm, "data": self.data.train, "rng": checkpoint.RNGState(),
+            "setup": checkpoint.SetUp(self.link, setup),
+        }
         if resumed is not None:
-            checkpoint.restore(resumed, self.model, self.optimizer, self.lr_schedule, self.algorithm, self.data.train)
+            checkpoint.restore(resumed, self.checkpointed)
         for key, value in setup.items():
             rec.set(key, value)
         rec.set("link", {**self.link.describe(), "carrier": self.comm.carrier, "hold_core": self.comm.hold_core})
@@ -176,6 +169,8 @@ class Run:
         rec.set("algorithm", self.algorithm.describe())
         rec.set("units", [{"name": u.name, "numel": u.numel} for u in self.units])
         rec.set("world_size", self.ctx.world_size)
+        rec.set("nnodes", self.ctx.nnodes)
+        rec.set("ranks", list(self.ctx.ranks))  # per rank: local_rank, node, hostname (dist_env.gather_ranks)
         rec.set("host", self.ctx.host)  # local workers, cores, pinning, CPU quota (dist_env.share_host)
         rec.set("samples_per_epoch_per_worker", self.data.samples_per_epoch)
         rec.flush()
@@ -213,11 +208,14 @@ class Run:
                 row["timeline"] = {"unit_ready": stats.unit_ready, "collectives": stats.events}
             rec.iteration(row)
             progress.update(row)
+            self.compute.append(row["time"] - row["wait"])  # every rank: its skew, gathered at finish
 
             last = t + 1 == tc.iterations
             stop = not last and preempt.requested()  # a checkpoint-and-stop request, agreed by all ranks
-            if tc.divergence_every and self.algo_cls.uses_engine and ((t + 1) % tc.divergence_every == 0 or last):
-                rec.divergence(t, divergence(engine.flat))
+            if tc.divergence_every and ((t + 1) % tc.divergence_every == 0 or last):
+                div = engine.divergence()  # None where the engine keeps no flat buffers (DDP, plain)
+                if div is not None:
+                    rec.divergence(t, div)
             if (tc.eval_every and (t + 1) % tc.eval_every == 0) or last:
                 engine.flush()
                 metrics = self._evaluate_replicas()
@@ -225,9 +223,7 @@ class Run:
                 progress.note(metrics)
             if (tc.checkpoint_every and ((t + 1) % tc.checkpoint_every == 0 or last)) or stop:
                 engine.flush()
-                setup = {"link": self.link.setup_state(), "algorithm": self.setup}
-                state = checkpoint.capture(self.model, self.optimizer, self.lr_schedule, self.algorithm,
-                                           self.data.train, setup)
+                state = checkpoint.capture(self.checkpointed)
                 saved = checkpoint.save(self.run_dir, t + 1, self.ctx.rank, state, run_meta, tc.checkpoint_keep)
                 rec.checkpoint({"iteration": t, "step": t + 1, "dir": os.path.relpath(saved, self.run_dir)})
                 if stop:
@@ -246,6 +242,8 @@ class Run:
 
     # ---- 4. finish --------------------------------------------------------------------
     def finish(self) -> None:
+        timed = self.compute[warmup_cut(len(self.compute)):]
+        self.recorder.set("compute_by_rank", compute_summary(gather_by_rank(self.comm, timed)))  # every rank takes part
         profile = self.warmup.profiled if self.warmup is not None else None
         predict = None
         if profile is not None:
@@ -253,13 +251,17 @@ class Run:
         self.recorder.close(self.cfg, self.ctx.world_size, predict)
 
     def _predict(self, profile) -> dict:
-        """The simulator's mean iteration time and exposed wait for this run's algorithm and plan."""
+        """The simulator on this run's start-up profile and its plan: mean iteration time and
+        exposed wait, and the expected time of each position of the window (the ranks' skew
+        sampled from their start-up passes, over many windows)."""
         link = self.link.model()
         plan = self.algorithm.describe()
+        H = int(self.cfg.algo.H)
         res = simulate_record(profile, OmegaConf.to_container(self.cfg, resolve=True), world=self.ctx.world_size,
-                              link=link, groups=plan.get("groups"), runs=plan.get("runs"))
-        return {"mean_iteration_time": res.mean_iter, "mean_wait": res.mean_wait,
-                "link": "modelled" if link else "measured"}
+                              link=link, plan=plan, skew=skew_of(profile.meta.get("compute_by_rank"), profile), iterations=PREDICTED_WINDOWS * H)
+        per_position = [statistics.fmean(it for it, _ in res.per_iter[p::H]) for p in range(H)]
+        return {"mean_iteration_time": res.mean_iter, "mean_wait": res.mean_wait, "per_position": per_position,
+                "link": "modelled" if link else "measured", "skew": "start-up passes"}
 
     def _evaluate_replicas(self) -> dict:
         """Every replica evaluates on the same held-out batches (the parameters its algorithm

@@ -1,9 +1,10 @@
 """Schedule files: the one reader, the one writer, and the check against a model's units.
 
-Format (the DreamDDP authors' ``schedule.json``, plus one optional key)::
+Format (the DreamDDP authors' ``schedule.json``, plus two optional keys)::
 
     {"H": H, "schedule": {module: i or [i, ...]},
-     "collectives": [[[first, last], ...], ...]}       # optional, one list per iteration
+     "collectives": [[[first, last], ...], ...],       # optional, one list per iteration
+     "delayed": [[[first, last], ...], ...]}           # optional (merge_delay), one list per iteration
 
 module names are leaf-module names and every i is in [0, H).  Names of
 modules without parameters of their own (dropout, activations, a tied LM
@@ -12,6 +13,9 @@ Without ``collectives`` each synced unit is its own collective (launched at its
 gradient, as the authors' engine does); with it, iteration i's units go out as
 the listed runs, each one collective over the units first..last (backward
 order), launched when its last unit's gradient is ready (general schedules).
+``delayed`` lists, per iteration, which of its collectives are merged late
+(``algo.merge_delay``, schedule/delay.py): launched after the step on a copy of
+the parameters and merged at the end of a later backward.
 Errors are ``ScheduleError``: one line, naming the file.
 """
 
@@ -39,12 +43,22 @@ def _iterations(source, name: str, its, H: int) -> list[int]:
 
 def read_schedule(path) -> tuple[int, dict[str, list[int]]]:
     """``(H, {unit: sorted iterations})`` from a schedule file."""
-    H, schedule, _ = read_schedule_file(path)
-    return H, schedule
+    made = read_schedule_file(path)
+    return made["H"], made["schedule"]
 
 
-def read_schedule_file(path) -> tuple[int, dict[str, list[int]], list[list[tuple[str, str]]] | None]:
-    """``(H, {unit: sorted iterations}, collectives or None)`` from a schedule file."""
+def _runs_per_iteration(path, key: str, value, H: int) -> list[list[tuple[str, str]]]:
+    ok = isinstance(value, list) and len(value) == H and all(
+        isinstance(its, list) and all(isinstance(r, list) and len(r) == 2 and all(isinstance(n, str) for n in r)
+                                      for r in its) for its in value)
+    if not ok:
+        raise ScheduleError(f"{path}: '{key}' must be {H} lists (one per iteration) of [first, last] unit names")
+    return [[(a, b) for a, b in its] for its in value]
+
+
+def read_schedule_file(path) -> dict:
+    """``{"H", "schedule": {unit: sorted iterations}}``, with ``"collectives"`` and ``"delayed"``
+    (per iteration, [first, last] unit names) where the file has them."""
     p = Path(path)
     if not p.is_file():
         raise ScheduleError(f"{path}: file not found")
@@ -57,26 +71,24 @@ def read_schedule_file(path) -> tuple[int, dict[str, list[int]], list[list[tuple
         raise ScheduleError(f"{path}: not a schedule file ({e.__class__.__name__}: {e})") from None
     if not isinstance(H, int) or isinstance(H, bool) or H < 1:
         raise ScheduleError(f"{path}: H must be an integer >= 1, got {H!r}")
-    schedule = {str(name): _iterations(path, name, its, H) for name, its in raw.items()}
-    collectives = data.get("collectives")
-    if collectives is not None:
-        ok = isinstance(collectives, list) and len(collectives) == H and all(
-            isinstance(its, list) and all(isinstance(r, list) and len(r) == 2 and all(isinstance(n, str) for n in r)
-                                          for r in its) for its in collectives)
-        if not ok:
-            raise ScheduleError(f"{path}: 'collectives' must be {H} lists (one per iteration) of [first, last] unit names")
-        collectives = [[(a, b) for a, b in its] for its in collectives]
-    return H, schedule, collectives
+    made = {"H": H, "schedule": {str(name): _iterations(path, name, its, H) for name, its in raw.items()}}
+    for key in ("collectives", "delayed"):
+        if data.get(key) is not None:
+            made[key] = _runs_per_iteration(path, key, data[key], H)
+    return made
 
 
 def save_schedule(path, H: int, schedule: dict[str, list[int]],
-                  collectives: list[list[tuple[str, str]]] | None = None) -> None:
+                  collectives: list[list[tuple[str, str]]] | None = None,
+                  delayed: list[list[tuple[str, str]]] | None = None) -> None:
     """Write a schedule in the authors' format (a bare int where a unit syncs once), with
-    its collectives when they are not one per unit."""
+    its collectives when they are not one per unit and its delayed ones if any."""
     body = {u: (its[0] if len(its) == 1 else sorted(its)) for u, its in schedule.items()}
     data = {"H": H, "schedule": body}
     if collectives is not None:
         data["collectives"] = [[list(r) for r in its] for its in collectives]
+    if delayed is not None and any(delayed):
+        data["delayed"] = [[list(r) for r in its] for its in delayed]
     write_json(path, data, indent=2)
 
 
@@ -119,4 +131,27 @@ def assign_runs(collectives: list[list[tuple[str, str]]], groups: list[list[int]
         if sorted(covered) != sorted(groups[g]):
             raise ScheduleError(f"{source}: iteration {g}'s collectives do not cover exactly its units once")
         out.append(sorted(runs))
+    return out
+
+
+def assign_delayed(delayed: list[list[tuple[str, str]]], runs: list[list[tuple[int, int]]], unit_names: list[str],
+                   delay: int, source: str = "schedule") -> list[list[tuple[int, int]]]:
+    """Per iteration, the collectives merged ``delay`` iterations late as (first, last) unit
+    indices: each one of that iteration's collectives, none of whose units syncs again
+    before its merge (the merge would overwrite that average)."""
+    index = {n: i for i, n in enumerate(unit_names)}
+    H = len(runs)
+    out = []
+    for h, its in enumerate(delayed):
+        late = []
+        for first, last in its:
+            run = (index.get(first, -1), index.get(last, -1))
+            if run not in runs[h]:
+                raise ScheduleError(f"{source}: delayed [{first!r}, {last!r}] is not one of iteration {h}'s collectives")
+            again = {u for k in range(1, delay + 1) for a, b in runs[(h + k) % H] for u in range(a, b + 1)}
+            if again & set(range(run[0], run[1] + 1)) and delay > 0:
+                raise ScheduleError(f"{source}: delayed [{first!r}, {last!r}] syncs again within algo.merge_delay={delay}"
+                                    f" iterations of {h}")
+            late.append(run)
+        out.append(sorted(late))
     return out

@@ -45,7 +45,7 @@ class Warmup:
 
     def collective_alpha(self) -> float:
         """Seconds one collective costs on the real backend (all ranks agree: the slowest)."""
-        alpha = torch.tensor([self.comm.probe_latency(self.engine.flat.params)], dtype=torch.float64)
+        alpha = torch.tensor([self.comm.probe_latency(self.engine.units[0].params[0])], dtype=torch.float64)
         self.comm.all_reduce_max(alpha)
         return float(alpha)
 
@@ -85,8 +85,9 @@ class Warmup:
         comm = {u: model.seconds("all_reduce", profile.nbytes[u], self.world) for u in profile.units}
         return replace(profile, comm=comm)
 
-    def save_schedule(self, H: int, schedule: dict[str, list[int]], collectives=None) -> None:
-        self.recorder.save_schedule(H, schedule, collectives)
+    def save_schedule(self, made: dict) -> None:
+        """A scheduler's output (``{"H", "schedule", "collectives"?, "delayed"?}``), beside the record."""
+        self.recorder.save_schedule(made)
 
     def record(self, key: str, value) -> None:
         self.recorder.set(key, value)

@@ -12,7 +12,10 @@ Runs on every worker of the real job, on the real model, data and link:
 * the blocking all-reduce of each unit's parameters through the configured
   communicator and link, on a scratch buffer (``comm_repeats`` times, the
   median kept; 0 = not measured, e.g. before the link has a rate);
-* the optimizer step (with clipping) as ``step_time``.
+* the optimizer step (with clipping) as ``step_time``;
+* every rank's compute time (forward + backward + step) of each timed pass,
+  in ``meta["compute_by_rank"]``: the spread between workers and passes that
+  the simulator charges at every sync point (its skew).
 
 ``iterations`` unperturbed passes are timed (plus as many hooked ones and
 ``warmup`` dropped ones).  Per unit the median over passes, rescaled so the
@@ -35,6 +38,7 @@ from typing import Callable
 
 import torch
 
+from dreamddp.comm.gather import gather_by_rank
 from dreamddp.schedule.profile import Profile
 
 
@@ -103,6 +107,7 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
     n = len(units)
     fwd, bwd, comm_t, step = vec[:n].tolist(), vec[n : 2 * n].tolist(), vec[2 * n : 3 * n].tolist(), float(vec[-1])
     names = [u.name for u in units]
+    passes = [f + b + s for f, b, s in zip(fwd_tot, bwd_tot, steps)]
     return Profile(
         units=names,
         bp=dict(zip(names, bwd)),
@@ -111,7 +116,7 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
         nbytes={u.name: u.nbytes for u in units},
         step_time=step,
         meta={"iterations": iterations, "warmup": warmup, "forward_total": sum(fwd), "backward_total": sum(bwd),
-              "world": comm.world_size, **(meta or {})},
+              "world": comm.world_size, "compute_by_rank": gather_by_rank(comm, passes), **(meta or {})},
     )
 
 

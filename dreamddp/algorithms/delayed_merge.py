@@ -1,0 +1,76 @@
+"""DreamDDP's delayed merge (``algo.merge_delay = d >= 1``): an average applied late,
+corrected for the local progress made meanwhile.  Our extension, after DiLoCoX's
+one-step-delay overlap and Streaming DiLoCo's tau.
+
+Which collectives go late is the schedule's business (schedule/delay.py: those
+the link cannot finish in place).  For such a collective over units U
+launched in iteration i:
+
+1. after the optimizer step of iteration i: snapshot ``s = p_U`` (one copy,
+   the all-reduce buffer) and all-reduce it (AVG) while training goes on;
+2. at the end of backward of iteration i + d, before that step:
+   ``p_U <- avg(s) + (p_U - s)``: the average the workers' snapshots had, plus
+   this worker's local progress since the snapshot.
+
+Why after the step and not at the gradient: the snapshot is then the value the
+next forward reads, so for d = 1 nothing changes ``p_U`` before the merge
+(``p_U - s`` is exactly 0), the merge is ``p_U <- avg(s)`` and the snapshot is
+the only copy: memory is the bytes of the units in flight.  For d >= 2 the
+local steps in between must survive, so ``s`` is kept beside the buffer
+(twice the bytes in flight).  What it costs in numerics: the gradient of
+iteration i + 1 is taken at the unaveraged parameters and applied to the
+averaged ones (a one-step-stale average, as in DiLoCoX); what it buys: the
+collective runs behind d forwards and backwards, so a unit ready last and
+needed first (GPT-2's tied embedding) is hidden too.
+
+The engine's ``flush`` only lets a late average land (the merge stays at its
+iteration); a checkpoint keeps every landed, unmerged average (and its
+snapshot), so a resumed run merges it at the same step.
+"""
+
+from __future__ import annotations
+
+from dreamddp.algorithms.base import Landed, op_tag
+from dreamddp.engine.plan import Payload, SyncOp, When
+from dreamddp.lazy import lazy
+from dreamddp.schedule.delay import late_op
+
+torch = lazy("torch")
+
+
+def is_late(op: SyncOp) -> bool:
+    return op.payload is Payload.PARAM and op.launch is When.AFTER_STEP
+
+
+class DelayedMerge:
+    """Mixin: the tensor work of late ops; other ops go to the next class in line."""
+
+    late: dict  # op in flight -> (all-reduce buffer, snapshot kept for d >= 2 or None)
+
+    def launch(self, engine, op: SyncOp):
+        if not is_late(op):
+            return super().launch(engine, op)
+        buf = engine.tensor(op).detach().clone()
+        self.late[op] = (buf, buf.clone() if op.lag > 1 else None)
+        return engine.comm.all_reduce_avg(buf, tag=op_tag(engine, op, "late"))
+
+    def on_complete(self, engine, op: SyncOp) -> None:
+        if not is_late(op):
+            return super().on_complete(engine, op)
+        avg, snapshot = self.late.pop(op)
+        params = engine.tensor(op)
+        with torch.no_grad():
+            if snapshot is None:  # d = 1: nothing moved the parameters since the snapshot
+                params.copy_(avg)
+            else:
+                params.sub_(snapshot).add_(avg)
+
+    def late_state(self) -> list:
+        """The late averages landed but not merged (after the engine's flush)."""
+        return [(due, op.first, op.last, *self.late[op]) for due, op in self.engine.in_flight() if is_late(op)]
+
+    def load_late_state(self, entries: list, delay: int) -> None:
+        for due, first, last, avg, snapshot in entries:
+            op = late_op(first, last, delay)
+            self.late[op] = (avg, snapshot)
+            self.engine.adopt(due, op, Landed())

@@ -1,0 +1,20 @@
+"""Every rank's list of numbers on every rank, through the accounted-free control path.
+
+Per-rank measurements (compute time per pass or iteration) are what the
+simulator samples to charge the skew between workers at sync points; any
+communicator (the real one or the fake) can gather them with its mean
+all-reduce: each rank fills its own row of a zero table, so the mean times
+the world size is the whole table.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def gather_by_rank(comm, values: list[float]) -> list[list[float]]:
+    """``values`` of every rank (the same length everywhere), indexed by rank."""
+    table = torch.zeros(comm.world_size, len(values), dtype=torch.float64)
+    table[comm.rank] = torch.tensor(values, dtype=torch.float64)
+    comm.all_reduce_mean(table)
+    return (table * comm.world_size).tolist()

@@ -1,0 +1,33 @@
+"""The units as a plan sees them: names, bytes, the model's module names, the world size.
+
+Torch-free, so the simulator can bind an algorithm to a profile's units
+(``prediction.layout_of``) exactly as the engine binds it to a live
+model's (``PartialSyncEngine.layout``): the plan an algorithm builds from a
+layout is the one the engine runs and the one the simulator times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class UnitLayout:
+    names: tuple[str, ...]  # units in backward order (output side first)
+    nbytes: tuple[int, ...]  # parameter bytes of each unit (0: a profile's parameter-free module)
+    modules: frozenset[str]  # every module name of the model (schedule files may name any)
+    world: int  # workers taking part in the collectives
+
+    def __post_init__(self) -> None:
+        if len(self.names) != len(self.nbytes):
+            raise ValueError(f"UnitLayout: {len(self.names)} names but {len(self.nbytes)} byte counts")
+        if not self.names:
+            raise ValueError("UnitLayout: no units")
+        if self.world < 1:
+            raise ValueError(f"UnitLayout: world must be >= 1, got {self.world}")
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def run_bytes(self, first: int, last: int) -> int:
+        return sum(self.nbytes[first : last + 1])

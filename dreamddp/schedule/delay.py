@@ -1,0 +1,201 @@
+"""DreamDDP's window when collectives may merge late (``algo.merge_delay``): its plan and its search.
+
+Without a delay every collective an iteration launches during backward must
+land by the end of backward (or, with ``overlap_forward``, before its units'
+next forward): whatever does not is exposed wait, and no schedule hides a
+unit whose gradient is ready last and whose parameters are needed first
+(GPT-2's tied embedding).  With ``merge_delay = d`` a collective may instead be
+launched after the step, on a copy of the parameters, and merged at the end
+of backward d iterations later: it runs behind the next forward and backward.
+
+``window_plans`` states the window in the engine's vocabulary (the engine runs
+it, DreamDDP builds its plan with it, and the search below times it with the
+simulator, so all three see one plan).  ``plan_delayed`` starts from the
+scheduler's own window (any of dreamddp / optimal / general):
+
+1. the split: per iteration, over its collectives in launch order, a run stays
+   in place when the FIFO link, carrying what earlier iterations' late traffic
+   left on it, finishes it by its deadline; otherwise it goes late (the window
+   is walked twice so the carry-over wraps around);
+2. a bounded local search on the simulated window (``schedule.simulator``, the
+   profile's compute, the link's per-unit times and, where the profile has
+   every rank's compute per pass, the ranks' skew, so a collective waited in
+   place pays for the slowest rank as it will): toggle a run between in place
+   and late, move a unit synced once to another iteration, drop a repeated
+   (bubble-filled) sync; improvements only, so the result is never worse than
+   the split of the scheduler's window under that model.
+
+A run never goes late when one of its units syncs again before the merge
+(the merge would overwrite that average).  Pure: numpy only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dreamddp.engine.plan import Payload, Plan, SyncOp, When
+from dreamddp.schedule.cost import Run, arrays
+from dreamddp.schedule.profile import Profile
+from dreamddp.schedule.simulator import Compute, Skew, simulate_plan
+
+_EPS = 1e-12
+MAX_EVALUATIONS = 1000  # bound on the local search's simulated windows
+SEARCH_WINDOWS = 2  # windows each candidate is simulated over (the skew is sampled)
+
+
+def inplace_op(first: int, last: int, overlap_forward: bool) -> SyncOp:
+    """A collective averaged in place from its last unit's gradient hook, landing by the end of
+    backward, or (overlap_forward) before its input-side unit's next forward."""
+    complete = When.BEFORE_FORWARD if overlap_forward else When.END_OF_BACKWARD
+    return SyncOp(first, last, Payload.PARAM, When.UNIT_READY, complete)
+
+
+def late_op(first: int, last: int, delay: int) -> SyncOp:
+    """A collective launched after the step on a copy, merged at the end of backward ``delay`` later."""
+    return SyncOp(first, last, Payload.PARAM, When.AFTER_STEP, When.END_OF_BACKWARD, lag=delay)
+
+
+def window_plans(runs: list[list[Run]], late: list[list[Run]], delay: int, overlap_forward: bool) -> list[Plan]:
+    """Each iteration's plan: its runs in place, then its late runs."""
+    plans = []
+    for its, lates in zip(runs, late):
+        ops = [inplace_op(a, b, overlap_forward) for a, b in its if (a, b) not in lates]
+        plans.append(tuple(ops) + tuple(late_op(a, b, delay) for a, b in lates))
+    return plans
+
+
+def run_seconds(comm: np.ndarray, run: Run, alpha: float) -> float:
+    """One collective over the run: each unit's measured all-reduce includes one alpha."""
+    a, b = run
+    units = comm[a : b + 1]
+    n = int((units > 0).sum())
+    return float(units.sum()) - alpha * max(0, n - 1)
+
+
+def _resynced(runs: list[list[Run]], h: int, run: Run, delay: int) -> bool:
+    H = len(runs)
+    mine = set(range(run[0], run[1] + 1))
+    return any(mine & {u for a, b in runs[(h + k) % H] for u in range(a, b + 1)} for k in range(1, delay + 1))
+
+
+def split_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, alpha: float = 0.0,
+                  overlap_forward: bool = False) -> list[list[Run]]:
+    """Per iteration, the runs that cannot land in place by their deadline (step 1 above)."""
+    if delay < 1:
+        return [[] for _ in range(H)]
+    if not 1 <= delay < H:
+        raise ValueError(f"merge_delay={delay}: must be between 1 and H-1={H - 1}")
+    bp, comm = arrays(profile)
+    fwd = np.array([profile.fwd.get(u, 0.0) for u in profile.units], dtype=float)
+    F = max(float(sum(profile.fwd.values())), float(fwd.sum()))
+    ready = F + np.cumsum(bp)
+    end = F + float(bp.sum())
+    step = profile.step_time
+    # With overlap_forward an in-place run must land before its input-side unit's next forward.
+    before_unit = F - fwd.sum() + np.concatenate((np.cumsum(fwd[::-1])[::-1][1:], [0.0]))
+
+    def deadline(run: Run) -> float:
+        return end + step + float(before_unit[run[1]]) if overlap_forward else end
+
+    carry = 0.0  # link busy this long into the iteration (earlier iterations' late traffic)
+    delayed: list[list[Run]] = [[] for _ in range(H)]
+    for lap in range(2):
+        for h in range(H):
+            link, late = carry, []
+            for run in sorted(runs[h], key=lambda r: (ready[r[1]], r[1])):
+                finish = max(link, float(ready[run[1]])) + run_seconds(comm, run, alpha)
+                if finish <= deadline(run) + _EPS or _resynced(runs, h, run, delay):
+                    link = finish
+                else:
+                    late.append(run)
+            tail = max(link, end + step) + sum(run_seconds(comm, r, alpha) for r in late)
+            carry = max(0.0, tail - (end + step))
+            if lap == 1:
+                delayed[h] = sorted(late)
+    return delayed
+
+
+def plan_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, alpha: float = 0.0,
+                 overlap_forward: bool = False) -> tuple[list[list[Run]], list[list[Run]]]:
+    """(runs, late runs) per iteration: the split of the scheduler's window, then improved by
+    local search on the simulated window (module docstring)."""
+    late = split_delayed(profile, H, runs, delay, alpha, overlap_forward)
+    if delay < 1:
+        return runs, late
+    _, comm = arrays(profile)
+    compute = Compute(fwd=np.array([profile.fwd.get(u, 0.0) for u in profile.units], dtype=float),
+                      bp=arrays(profile)[0], step=profile.step_time,
+                      fwd_rest=max(0.0, float(sum(profile.fwd.values())) - sum(profile.fwd.get(u, 0.0) for u in profile.units)))
+    seconds = lambda op: run_seconds(comm, (op.first, op.last), alpha)  # noqa: E731
+    total = float(compute.fwd.sum() + compute.fwd_rest + compute.bp.sum() + compute.step)
+    skew = Skew.of(profile.meta.get("compute_by_rank"), total)  # the same draws for every candidate
+    world = len(skew.factors) if skew is not None else 1
+    budget = [MAX_EVALUATIONS]
+
+    def cost(rs, ls) -> float:
+        budget[0] -= 1
+        plans = window_plans(rs, ls, delay, overlap_forward)
+        return simulate_plan(lambda t: plans[t % H], compute, seconds, H=H, iterations=SEARCH_WINDOWS * H,
+                             skew=skew, world=world).mean_iter
+
+    runs = [sorted(its) for its in runs]
+    late = [sorted(its) for its in late]
+    best = cost(runs, late)
+    improved = True
+    while improved and budget[0] > 0:
+        improved = False
+        for rs, ls in _moves(runs, late, delay, comm):
+            if budget[0] <= 0:
+                break
+            c = cost(rs, ls)
+            if c < best * (1 - 1e-9):
+                runs, late, best, improved = rs, ls, c, True
+                break
+    return runs, late
+
+
+def _moves(runs: list[list[Run]], late: list[list[Run]], delay: int, comm: np.ndarray):
+    """Candidate windows one change away, the likeliest gains first: toggle a run's lateness
+    (largest runs first), move a single-unit run to another iteration, drop a repeated sync."""
+    H = len(runs)
+    count: dict[int, int] = {}
+    for its in runs:
+        for a, b in its:
+            for u in range(a, b + 1):
+                count[u] = count.get(u, 0) + 1
+    by_size = sorted(((h, r) for h in range(H) for r in runs[h]), key=lambda hr: -float(comm[hr[1][0]:hr[1][1] + 1].sum()))
+    for h, run in by_size:
+        ls = [list(x) for x in late]
+        if run in late[h]:
+            ls[h].remove(run)
+        elif not _resynced(runs, h, run, delay):
+            ls[h] = sorted(ls[h] + [run])
+        else:
+            continue
+        yield runs, ls
+    for h, run in by_size:
+        a, b = run
+        if a != b:
+            continue
+        if count[a] > 1:  # a repeated sync: drop this one
+            rs = [list(x) for x in runs]
+            rs[h].remove(run)
+            ls = [[r for r in x if r in rs[k]] for k, x in enumerate(late)]
+            yield rs, ls
+            continue
+        for k in range(1, H):
+            g = (h + k) % H
+            if any(x <= a <= y for x, y in runs[g]):
+                continue
+            rs, ls = [list(x) for x in runs], [list(x) for x in late]
+            rs[h].remove(run)
+            rs[g] = sorted(rs[g] + [run])
+            was_late = run in late[h]
+            if was_late:
+                ls[h].remove(run)
+                if _resynced(rs, g, run, delay):
+                    continue
+                ls[g] = sorted(ls[g] + [run])
+            if any(l in ls[j] and _resynced(rs, j, l, delay) for j in range(H) for l in ls[j]):
+                continue
+            yield rs, ls

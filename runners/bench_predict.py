@@ -1,0 +1,110 @@
+"""What the benchmark reports predict and bound, from one job's run records.
+
+Everything comes from records of the same job (one process group, one link
+rate): the per-unit profile DreamDDP measured at start-up gives each unit's
+share of forward and backward; the ``nosync`` segment's steady state gives the
+compute totals (forward, backward, the rest of the iteration) and every rank's
+spread of compute time (its skew); each run's own record gives its link (rate,
+measured alpha) and its own plan (schedule, collectives, late merges).  The
+run being predicted contributes nothing else.
+
+- ``predict``: the simulator, skew sampled from the nosync ranks, over many windows;
+- ``plan_bound``: the simulator on this run's own plan with no skew: the
+  iteration its plan takes when every rank computes alike;
+- ``structure_bound``: the least iteration any plan of the algorithm's kind
+  could take on this profile and link (DreamDDP: the least exposed wait any
+  assignment of units to iterations could leave, each unit's all-reduce
+  overrunning what remains of backward after its gradient (or, overlapped,
+  of the next forward up to the unit); with a delayed merge, each unit either
+  that or, merged late, what overruns d iterations of compute, and never less
+  than the window's traffic over H); for the others their plan is their structure.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import replace
+
+import numpy as np
+
+from dreamddp.prediction import record_link, simulate_record, skew_of
+from dreamddp.run.summary import warmup_cut
+from dreamddp.schedule.cost import arrays
+from dreamddp.schedule.general import hiding_bound
+from dreamddp.schedule.profile import Profile, load_profile
+
+REFERENCE = "dreamddp"  # the segment whose start-up profile gives the per-unit shares
+NOSYNC = "nosync@ideal"  # the segment whose steady state gives compute and skew
+WINDOWS = 20  # windows the skewed prediction averages over
+
+
+def timed(rec: dict) -> list[dict]:
+    rows = rec["iterations"]
+    return rows[warmup_cut(len(rows)):]
+
+
+def steady_profile(segs: dict) -> Profile | None:
+    """DreamDDP's per-unit profile with forward, backward and step set to the nosync run's
+    steady state (medians over its timed iterations)."""
+    if REFERENCE not in segs or NOSYNC not in segs:
+        return None
+    profile = load_profile(os.path.join(segs[REFERENCE]["_dir"], "profile"))
+    rows = timed(segs[NOSYNC])
+    fwd = statistics.fmean(r["forward"] for r in rows)
+    bwd = statistics.fmean(r["backward"] for r in rows)
+    rest = statistics.fmean(r["time"] - r["wait"] - r["forward"] - r["backward"] for r in rows)
+    fs, bs = fwd / sum(profile.fwd.values()), bwd / sum(profile.bp.values())
+    return replace(profile, fwd={u: v * fs for u, v in profile.fwd.items()},
+                   bp={u: v * bs for u, v in profile.bp.items()}, step_time=rest)
+
+
+def nosync_skew(segs: dict, profile: Profile, seed: int = 0):
+    """Every rank's compute per iteration (quantiles recorded by the nosync run)."""
+    by_rank = segs[NOSYNC]["extra"].get("compute_by_rank") or []
+    return skew_of([r["quantiles"] for r in by_rank], profile, seed) if len(by_rank) > 1 else None
+
+
+def _simulate(rec: dict, profile: Profile, skew, windows: int):
+    algo = rec["config"]["algo"]
+    return simulate_record(profile, rec["config"], world=rec["extra"]["world_size"], link=record_link(rec),
+                           plan=rec["extra"]["algorithm"], skew=skew, iterations=windows * int(algo["H"]))
+
+
+def predict(rec: dict, profile: Profile, skew) -> float:
+    return _simulate(rec, profile, skew, WINDOWS).mean_iter
+
+
+def plan_bound(rec: dict, profile: Profile) -> float:
+    return _simulate(rec, profile, None, 1).mean_iter
+
+
+def compute_time(profile: Profile) -> float:
+    return sum(profile.fwd.values()) + sum(profile.bp.values()) + profile.step_time
+
+
+def structure_bound(label: str, rec: dict, profile: Profile) -> float:
+    """The least iteration time of any plan of this algorithm's kind (module docstring)."""
+    algo = rec["config"]["algo"]
+    if algo["name"] != "dreamddp":
+        return plan_bound(rec, profile)
+    link, world, H = record_link(rec), rec["extra"]["world_size"], int(algo["H"])
+    bp, _ = arrays(profile)
+    comm = np.array([link.seconds("all_reduce", profile.nbytes[u], world) for u in profile.units])
+    compute = compute_time(profile)
+    fwd = sum(profile.fwd.values())
+    ready = fwd + np.cumsum(bp)
+    end = np.full(len(bp), fwd + float(bp.sum()))
+    if algo.get("overlap_forward"):  # until the unit's next forward pre-hook
+        per_unit = np.array([profile.fwd.get(u, 0.0) for u in profile.units])
+        before = np.concatenate((np.cumsum(per_unit[::-1])[::-1][1:], [0.0]))
+        end = end + profile.step_time + before
+    synced = comm > 0
+    overrun = np.maximum(0.0, comm - (end - ready))  # in place, alone on the link (hiding_bound's terms)
+    delay = int(algo.get("merge_delay") or 0)
+    if not delay:
+        return compute + hiding_bound(ready[synced], comm[synced], end[synced]) / H
+    # merged late: from after the step to the end of backward d iterations later, alone on the link;
+    # and no plan keeps the link busier than the whole window
+    late = np.maximum(0.0, comm - (delay * compute - profile.step_time))
+    return max(compute + float(np.minimum(overrun, late)[synced].sum()) / H, float(comm.sum()) / H)

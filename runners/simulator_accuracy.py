@@ -1,0 +1,147 @@
+"""How well the simulator predicts what the engine measures: ``results/simulator/README.md``.
+
+One benchmark job (runners/bench.py: every algorithm in one process group,
+interleaved window by window) per model and link rate, the rate set as the
+all-reduce of all parameters over the steady backward pass (``--ratios``).
+For every timed run the simulator predicts its mean iteration time from the
+same job's measurements only (runners/bench_predict.py: DreamDDP's per-unit
+profile, the nosync segment's compute and every rank's spread of it, the
+recorded link, the run's own plan), and the run's own in-run prediction
+(its start-up profile, ``summary.predicted``) is shown where it made one.
+The table: predicted vs measured per run, median and 95th-percentile absolute
+error, and whether the simulator orders the algorithms as measured in every
+configuration (where it does not, the swapped pairs and how far apart they
+were measured).
+
+    python runners/simulator_accuracy.py                      # make simulator-accuracy
+    python runners/simulator_accuracy.py --report-only        # rebuild the README from the records
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import bench
+import bench_predict as bp
+import bench_report
+
+from dreamddp.atomic import write_csv, write_text
+
+TARGETS = {"median": 0.03, "p95": 0.08}
+
+
+def rows_of(runs_dir: str, ratio: float) -> list[dict]:
+    out = []
+    for model, reps in bench_report.load(runs_dir).items():
+        for rep, segs in reps.items():
+            profile = bp.steady_profile(segs)
+            if profile is None:
+                continue
+            skew = bp.nosync_skew(segs, profile)
+            for label in bench_report.TIMED:
+                rec = segs.get(label)
+                if rec is None:
+                    continue
+                measured = rec["summary"]["mean_iteration_time"]
+                predicted = bp.predict(rec, profile, skew)
+                in_run = (rec["summary"].get("predicted") or {}).get("mean_iteration_time")
+                out.append({"model": model, "ratio": ratio, "rep": rep, "algorithm": label, "measured_s": measured,
+                            "predicted_s": predicted, "error": predicted / measured - 1,
+                            "no_skew_s": bp.plan_bound(rec, profile), "in_run_s": in_run,
+                            "late_ms": None if (late := bench_report.lateness(rec)) is None else 1e3 * late})
+    return out
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def ranking(rows: list[dict]) -> list[dict]:
+    """Per configuration (model, ratio, repetition): does the predicted order equal the measured one?"""
+    out = []
+    configs = sorted({(r["model"], r["ratio"], r["rep"]) for r in rows})
+    for cfg in configs:
+        mine = [r for r in rows if (r["model"], r["ratio"], r["rep"]) == cfg]
+        swapped = [(a, b) for a in mine for b in mine
+                   if a["measured_s"] < b["measured_s"] and a["predicted_s"] > b["predicted_s"]]
+        out.append({"model": cfg[0], "ratio": cfg[1], "rep": cfg[2], "right": not swapped,
+                    "swapped": [f"{a['algorithm']} < {b['algorithm']} by {100 * (b['measured_s'] / a['measured_s'] - 1):.1f}%"
+                                for a, b in swapped]})
+    return out
+
+
+def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -> None:
+    errors = [abs(r["error"]) for r in rows]
+    med, p95 = statistics.median(errors), _quantile(errors, 0.95)
+    ranks = ranking(rows)
+    lines = ["# Simulator accuracy: predicted vs measured iteration time", "",
+             f"Made by `python runners/simulator_accuracy.py {' '.join(argv)}`"
+             + (f" ({seconds / 60:.0f} min on this host)" if seconds else "") + ". "
+             "Per model and comm/backward ratio, one benchmark job runs every algorithm interleaved (2 workers, "
+             "one per core, H=10); the prediction of each run uses only that job's measurements: DreamDDP's per-unit "
+             "profile, the nosync run's steady compute and every rank's spread of it (the simulator samples it: "
+             "a sync point waits for the slowest rank), the recorded link (rate and measured alpha) and the run's "
+             "own plan. *no skew*: the same without the ranks' spread. *in-run*: the run's own prediction from its "
+             "start-up profile (DreamDDP runs).", "",
+             f"**{len(rows)} runs: median absolute error {med:.1%} (target {TARGETS['median']:.0%}), 95th percentile "
+             f"{p95:.1%} (target {TARGETS['p95']:.0%}); the simulator orders the algorithms as measured in "
+             f"{sum(r['right'] for r in ranks)} of {len(ranks)} configurations.**", "",
+             "| model | comm/backward | rep | algorithm | measured s | predicted s | error | no skew s | in-run s "
+             "| waited beyond the link (ms) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        in_run = "n/a" if r["in_run_s"] is None else f"{r['in_run_s']:.4f}"
+        late = "n/a" if r["late_ms"] is None else f"{r['late_ms']:.1f}"
+        lines.append(f"| {r['model']} | {r['ratio']:g} | {r['rep']} | {r['algorithm']} | {r['measured_s']:.4f} | "
+                     f"{r['predicted_s']:.4f} | {r['error']:+.1%} | {r['no_skew_s']:.4f} | {in_run} | {late} |")
+    lines += ["", "Ranking, per configuration:", "", "| model | comm/backward | rep | same order | swapped pairs (measured gap) |",
+              "|---|---|---|---|---|"]
+    for r in ranks:
+        lines.append(f"| {r['model']} | {r['ratio']:g} | {r['rep']} | {'yes' if r['right'] else 'NO'} | "
+                     f"{'; '.join(r['swapped']) or '-'} |")
+    worst = sorted(rows, key=lambda r: -abs(r["error"]))[:5]
+    lines += ["", "Largest errors and what was measured beside them (waited beyond the link model: the slowest "
+              "rank and the backend's own transfer at the wait, which the prediction's skew should cover):", ""]
+    lines += [f"- {r['model']} {r['ratio']:g} {r['algorithm']}: {r['error']:+.1%}; no skew {r['no_skew_s'] / r['measured_s'] - 1:+.1%}"
+              + ("" if r["late_ms"] is None else f"; waited beyond the link {r['late_ms']:.1f} ms per iteration") for r in worst]
+    write_text(os.path.join(out, "README.md"), "\n".join(lines) + "\n")
+    write_csv(os.path.join(out, "accuracy.csv"), rows, list(rows[0]))
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ratios", nargs="+", type=float, default=[2.0, 4.0, 7.0])
+    p.add_argument("--models", nargs="+", default=["gpt2", "resnet18"])
+    p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--out", default="results/simulator")
+    p.add_argument("--report-only", action="store_true", help="rebuild the README from the records in --out")
+    args = p.parse_args(argv)
+    start, rows = time.perf_counter(), []
+    for ratio in args.ratios:
+        folder = os.path.join(args.out, f"ratio{ratio:g}")
+        if not args.report_only:
+            bench.run_jobs(bench.parse_args(["--models", *args.models, "--reps", str(args.reps), "--ratio", str(ratio),
+                                             "--out", folder]))
+        rows += rows_of(os.path.join(folder, "runs"), ratio)
+    if not rows:
+        raise SystemExit(f"simulator_accuracy: no run records under {args.out}")
+    made = Path(args.out) / "made.json"
+    if args.report_only and made.is_file():
+        seconds, argv = json.loads(made.read_text())["seconds"], json.loads(made.read_text())["argv"]
+    else:
+        seconds = time.perf_counter() - start
+        write_text(str(made), json.dumps({"seconds": seconds, "argv": argv}))
+    report(rows, args.out, seconds, argv)
+    print(f"{args.out}/README.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""DreamDDP's delayed merge (``algo.merge_delay``), exactly.
+
+Against a fake communicator whose other rank holds a known function of this
+rank's values: merge_delay=0 is the paper's DreamDDP (each average lands in
+place before the local step) and merge_delay=1 and 2 are the update rule
+written out here by hand (a snapshot after the step, averaged, merged at the
+end of backward d iterations later as ``avg + (p - snapshot)``), bitwise; a
+unit's merged value is the average the workers' snapshots had.  End to end on
+gloo: a run resumed from a checkpoint taken with averages in flight ends
+bitwise where the uninterrupted run does.  And the split: only what the link
+cannot finish in place goes late.
+"""
+
+from __future__ import annotations
+
+import json
+import pytest
+import torch
+from torch import nn
+
+from cli_util import train_completed
+from dreamddp.algorithms import build_algorithm
+from dreamddp.comm.fake import FakeCommunicator
+from dreamddp.engine.engine import PartialSyncEngine
+from dreamddp.engine.units import enumerate_units
+from dreamddp.run.checkpoint import step_dir
+from dreamddp.schedule.delay import split_delayed
+from dreamddp.schedule.profile import Profile
+from engine_fixtures import algo_cfg, batch, engine_step, loss_of, small_model
+from test_checkpoint import SMALL, _differences
+
+UNITS = ["4", "3", "2", "0"]  # small_model's units in backward order
+H = 3
+SCHEDULE = {"4": [0], "3": [1], "2": [2], "0": [2]}
+LATE = [[("4", "4")], [], [("2", "2"), ("0", "0")]]  # iteration 1's unit stays in place
+
+
+def peer(kind, tag, t):
+    """The other worker holds an elementwise function of this worker's values."""
+    return [t, t * 0.5 + 0.25]
+
+
+def mean(x: torch.Tensor) -> torch.Tensor:
+    total = x.clone()
+    total.add_(x * 0.5 + 0.25)  # summed in rank order, then divided, as the communicator does
+    return total.div_(2)
+
+
+def run_engine(delay: int, steps: int) -> nn.Module:
+    model = small_model()
+    setup = {"schedule": {"H": H, "schedule": SCHEDULE}}
+    if delay:
+        setup["schedule"]["delayed"] = [[list(r) for r in its] for its in LATE]
+    algo = build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=delay), setup)
+    engine = PartialSyncEngine(model, enumerate_units(model), FakeCommunicator(world_size=2, peer_fn=peer), algo)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for t in range(steps):
+        engine_step(engine, model, opt, t)
+    return model
+
+
+def run_reference(delay: int, steps: int) -> nn.Module:
+    """The update rule by hand, on a plain model: no engine, no flat buffers."""
+    model = small_model()
+    modules = dict(model.named_modules())
+    params = lambda name: list(modules[name].parameters(recurse=False))  # noqa: E731
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    late = {name for its in LATE for name, _ in its} if delay else set()
+    pending: dict[int, list] = {}  # merge iteration -> [(param, snapshot, its average)]
+    for t in range(steps):
+        h = t % H
+        opt.zero_grad(set_to_none=False)
+        loss_of(model, batch(0, t)).backward()
+        with torch.no_grad():
+            for name, its in SCHEDULE.items():  # in place: the average lands before the local step
+                if h in its and name not in late:
+                    for p in params(name):
+                        p.copy_(mean(p))
+            for p, snapshot, avg in pending.pop(t, []):  # merged late: avg + (p - snapshot)
+                p.copy_(avg + (p - snapshot))
+        opt.step()
+        with torch.no_grad():
+            for name, its in SCHEDULE.items():
+                if h in its and name in late:
+                    for p in params(name):
+                        snapshot = p.detach().clone()
+                        pending.setdefault(t + delay, []).append((p, snapshot, mean(snapshot)))
+    return model
+
+
+@pytest.mark.parametrize("delay", [0, 1, 2])
+def test_engine_follows_the_update_rule_bitwise(delay):
+    steps = 4 * H
+    engine_model = run_engine(delay, steps)
+    reference = run_reference(delay, steps)
+    for (name, a), (_, b) in zip(engine_model.named_parameters(), reference.named_parameters()):
+        assert torch.equal(a, b), f"merge_delay={delay}: {name}"
+    if delay:  # and the delay changes the trajectory (the test can tell them apart)
+        assert not all(torch.equal(a, b) for a, b in zip(engine_model.parameters(), run_reference(0, steps).parameters()))
+
+
+def test_merged_value_is_the_average_of_the_workers_snapshots():
+    """With merge_delay=1 nothing moves a unit between its snapshot and its merge, so right
+    after the merge it holds exactly the mean of the snapshots the two workers sent."""
+    model = small_model()
+    setup = {"schedule": {"H": H, "schedule": SCHEDULE, "delayed": [[list(r) for r in its] for its in LATE]}}
+    algo = build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=1), setup)
+    comm = FakeCommunicator(world_size=2, peer_fn=peer)
+    engine = PartialSyncEngine(model, enumerate_units(model), comm, algo)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    sent: dict[int, list] = {}
+    checked = 0
+    for t in range(2 * H + 1):
+        before = len(comm.calls)
+        engine.begin_iteration(t)
+        loss_of(model, batch(0, t)).backward()
+        engine.end_backward()  # the merges due now have landed, before the step
+        for op, snapshot in sent.pop(t, []):
+            assert torch.equal(engine.tensor(op), mean(snapshot))
+            checked += 1
+        engine.step(opt)
+        engine.after_step()
+        late = [op for op in engine.stats.ops if op.lag]
+        calls = [c for c in comm.calls[before:] if c.tag.startswith("late:")]
+        assert len(calls) == len(late)
+        for op, call in zip(late, calls):  # what was sent: the parameters right after the step
+            assert torch.equal(call.values, engine.tensor(op))
+        sent[t + 1] = [(op, call.values) for op, call in zip(late, calls)]
+    assert checked == 2 * 3  # units 4, 2 and 0 of two windows (the last launch merges past the end)
+
+
+def test_memory_in_flight_is_one_copy_for_delay_one():
+    setup = {"schedule": {"H": H, "schedule": SCHEDULE, "delayed": [[list(r) for r in its] for its in LATE]}}
+    for delay, copies in ((1, 1), (2, 2)):
+        m = small_model()
+        algo = build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=delay), setup)
+        engine = PartialSyncEngine(m, enumerate_units(m), FakeCommunicator(world_size=2, peer_fn=peer), algo)
+        opt = torch.optim.SGD(m.parameters(), lr=0.05)
+        for t in range(H):
+            engine_step(engine, m, opt, t)
+        held = sum(sum(x.numel() for x in entry if x is not None) for entry in algo.late.values())
+        in_flight = sum(engine.tensor(op).numel() for _, op in engine.in_flight())
+        assert held == copies * in_flight > 0
+
+
+def test_only_what_cannot_land_in_place_goes_late():
+    # backward c=1, b=2, a=3 (ready 1, 3, 6; end 6), forward .5, step .5; all-reduce c=4 b=1 a=2
+    p = Profile(units=["c", "b", "a"], bp={"c": 1.0, "b": 2.0, "a": 3.0}, comm={"c": 4.0, "b": 1.0, "a": 2.0},
+                fwd={"a": 0.2, "b": 0.2, "c": 0.1}, step_time=0.5)
+    runs = [[(0, 0), (1, 1)], [(2, 2)]]
+    # Alone, iteration 0 lands c 1.5->5.5 and b 5.5->6.5 by the end of backward (6.5), while
+    # iteration 1's a, ready at 6.5, cannot: late, sent after the step (7.0) until 9.0.  That
+    # occupies the link 2 s into the next iteration, so there c goes 2.0->6.0 and b 6.0->7.0:
+    # b goes late too (sent 7.0->8.0, so 1 s carries into iteration 1, where a is late anyway).
+    assert split_delayed(p, 2, runs, 1) == [[(1, 1)], [(2, 2)]]
+    assert split_delayed(p, 2, runs, 0) == [[], []]
+    # with overlap_forward a may land before its next forward pre-hook: 6.5 + .5 + .0 (a runs first)
+    assert split_delayed(p, 2, runs, 1, overlap_forward=True)[1] == [(2, 2)]
+    with pytest.raises(ValueError, match="merge_delay=2"):
+        split_delayed(p, 2, runs, 2)
+
+
+def test_resumed_with_averages_in_flight_ends_where_the_uninterrupted_run_does(tmp_path):
+    """Checkpoint at step 3 while iteration 2's late averages (H=3, merge_delay=1) are in flight."""
+    from dreamddp.models import build_model, model_units
+
+    with torch.device("meta"):
+        names = [u.name for u in model_units(build_model("gpt2", "tiny", vocab_size=8192))]
+    schedule = {n: [i % 3] for i, n in enumerate(names)}
+    late = [[], [], [[n, n] for i, n in enumerate(names) if i % 3 == 2]]
+    path = tmp_path / "schedule.json"
+    path.write_text(json.dumps({"H": 3, "schedule": schedule, "delayed": late}))
+    algo = ["algo=dreamddp", "algo.H=3", "algo.merge_delay=1", f"algo.schedule={path}"]
+    a = train_completed(tmp_path / "a", [*SMALL, *algo])
+    assert a["extra"]["algorithm"]["delayed"][2]
+    b = train_completed(tmp_path / "b", [*SMALL, *algo, f"train.resume={tmp_path / 'a'}/checkpoints/step-0000003"])
+    assert [r["iteration"] for r in b["iterations"]] == [3, 4, 5]
+    state = torch.load(step_dir(tmp_path / "a", 3) / "rank00000.pt", weights_only=True)
+    assert state["algorithm"]["late"], "nothing was in flight at the save"
+    for rank in (0, 1):
+        name = f"rank{rank:05d}.pt"
+        diff = _differences(step_dir(tmp_path / "a", 6) / name, step_dir(tmp_path / "b", 6) / name)
+        assert diff == [], f"rank {rank}: {diff[:8]}"

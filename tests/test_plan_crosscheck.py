@@ -1,0 +1,131 @@
+"""One description of communication: the engine's run and the simulator sync the same units.
+
+For every registered algorithm (and the toy of tests/test_algorithm_plugin.py,
+registered from that test file) on a few profiles and window lengths: the
+engine runs the algorithm on a real model against a fake communicator, the
+simulator binds the algorithm to a torch-free layout of a profile of that
+model's units, and per iteration both must launch the same collectives (units
+and kind), and the fake communicator must have carried exactly those.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from dreamddp.algorithms import ALGORITHMS, build_algorithm, register_algorithm
+from dreamddp.comm.fake import FakeCommunicator
+from dreamddp.engine.units import enumerate_units
+from dreamddp.prediction import layout_of, simulate
+from dreamddp.schedule.profile import Profile
+from test_algorithm_plugin import EveryK
+
+# algorithm -> option sets worth telling apart (buckets, fragments, schedulers, variants)
+VARIANTS = {
+    "ssgd": [{}],
+    "ascwfbp": [{"bucket_mb": 1e-9}, {"bucket_mb": 3000 / 2**20}],
+    "dear": [{"bucket_mb": 1e-9}, {"bucket_mb": 3000 / 2**20}],
+    "flsgd": [{}],
+    "plsgd_enp": [{}],
+    "streaming_diloco": [{"fragments": 2, "tau": 1}, {"fragments": 1, "tau": 0, "quantize": "e3m0"}],
+    "dreamddp": [{"scheduler": "dreamddp"}, {"scheduler": "optimal", "bubble_fill": False},
+                 {"scheduler": "general"}, {"overlap_forward": True}, {"merge_delay": 1},
+                 {"merge_delay": 2, "overlap_forward": True}, {"scheduler": "general", "merge_delay": 1}],
+    "nosync": [{}],
+    "plain": [{}],
+    "every_k": [{"k": 2}],
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def toy_registered():
+    register_algorithm(EveryK)
+    yield
+    del ALGORITHMS[EveryK.name]
+
+
+def model() -> nn.Module:
+    """Eight units of very different sizes (backward order: output side first)."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 40), nn.Tanh(), nn.LayerNorm(40), nn.Linear(40, 8), nn.Linear(8, 24),
+                         nn.LayerNorm(24), nn.Linear(24, 24), nn.Linear(24, 30), nn.Linear(30, 3))
+
+
+def profile_of(units, seed: int) -> Profile:
+    """Random compute and comm seconds over the model's units (bytes are the units')."""
+    rng = np.random.default_rng(seed)
+    names = [u.name for u in units]
+    return Profile(units=names, bp=dict(zip(names, rng.uniform(0.1, 1.0, len(names)).tolist())),
+                   comm=dict(zip(names, rng.uniform(0.05, 3.0, len(names)).tolist())),
+                   fwd=dict(zip(names, rng.uniform(0.05, 0.5, len(names)).tolist())),
+                   nbytes={u.name: u.nbytes for u in units}, step_time=0.1)
+
+
+def engine_ops(cfg, profile, world: int, iterations: int):
+    """Per iteration: the ops the engine launched, and the kinds the fake communicator carried."""
+    net = model()
+    units = enumerate_units(net)
+    cls = ALGORITHMS.lookup(cfg.name)
+    algo = build_algorithm(cfg, cls.setup_from_profile(cfg, profile, 0.0))  # as the warm-up would make it
+    comm = FakeCommunicator(world_size=world)
+    engine, train_model = cls.make_engine(net, units, comm, None, sample_every=0)
+    engine.set_algorithm(algo)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(1)
+    launched, carried = [], []
+    for t in range(iterations):
+        before = len(comm.calls)
+        engine.begin_iteration(t)
+        x, y = torch.randn(5, 6, generator=g), torch.randn(5, 3, generator=g)
+        nn.functional.mse_loss(train_model(x), y).backward()
+        engine.end_backward()
+        engine.step(opt)
+        stats = engine.after_step()
+        launched.append(stats.ops)
+        carried.append(Counter(c.kind for c in comm.calls[before:]))
+    return launched, carried
+
+
+def signature(ops) -> Counter:
+    return Counter((tuple(op.units), op.collective) for op in ops)
+
+
+CASES = [(name, opts) for name, variants in VARIANTS.items() for opts in variants]
+
+
+@pytest.mark.parametrize("H", [2, 3, 5])
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name,options", CASES, ids=[f"{n}-{i}" for n, v in VARIANTS.items() for i in range(len(v))])
+def test_engine_and_simulator_sync_the_same_units(name, options, H, seed):
+    world, n = 2, 2 * H
+    units = enumerate_units(model())
+    profile = profile_of(units, seed)
+    if "merge_delay" in options:  # below H
+        options = {**options, "merge_delay": min(options["merge_delay"], H - 1)}
+    cfg = ALGORITHMS.lookup(name).Config(name=name, H=H, **options)
+    launched, carried = engine_ops(cfg, profile, world, H + n)
+    simulated = simulate(cfg, profile, world=world, iterations=n)
+    assert len(simulated.ops) == n
+    for k, sim_ops in enumerate(simulated.ops):
+        t = H + k  # the simulator drops one warm-up window
+        assert signature(launched[t]) == signature(sim_ops), f"iteration {t}"
+        assert carried[t] == Counter(op.collective for op in sim_ops), f"iteration {t}: what the link carried"
+
+
+def test_every_registered_algorithm_is_covered():
+    assert {n for n, cls in ALGORITHMS.items() if not cls.syncs_itself} == set(VARIANTS)
+
+
+def test_layout_of_a_profile_is_the_engines_layout():
+    net = model()
+    units = enumerate_units(net)
+    profile = profile_of(units, 0)
+    from dreamddp.engine.engine import PartialSyncEngine
+
+    engine = PartialSyncEngine(net, units, FakeCommunicator(world_size=2), build_algorithm(ALGORITHMS["nosync"].Config(name="nosync")))
+    ours = layout_of(profile, 2)
+    assert (ours.names, ours.nbytes, ours.world) == (engine.layout.names, engine.layout.nbytes, engine.layout.world)
