@@ -14,6 +14,7 @@ runners/bench_report.py turns the run records into ``<out>/README.md``.
     python runners/bench.py                          # the committed benchmark (make bench)
     python runners/bench.py --preset small --nproc 4 --out results/bench_skew   # make bench-skew
     python runners/bench.py --quick --out /tmp/b     # a 2-worker smoke run of the whole pipeline
+    python runners/bench.py --resume                 # finish an interrupted run: keep its completed jobs
 
 Presets (``--preset``): ``compute`` (default) is each model's ``model.size=compute``,
 whose forward / backward / optimizer split on one CPU core looks like the paper
@@ -93,10 +94,10 @@ def rotated(segs: list[dict], r: int) -> list[dict]:
     return [s for b in blocks[k:] + blocks[:k] for s in b]
 
 
-def job(args, model: str, rep: int, out: str) -> float:
+def job_spec(args, model: str, rep: int, out: str) -> dict:
     overrides = QUICK[model] if args.quick else MODELS[args.preset][model]["overrides"]
     nproc = args.nproc
-    spec = {
+    return {
         "out": out,
         "base": [*overrides, f"cluster.nproc={nproc}", f"algo.H={args.H}", "train.eval_every=0",
                  "train.progress=false", "wandb.mode=disabled", f"warmup.profile_iterations={args.profile_iterations}",
@@ -110,6 +111,30 @@ def job(args, model: str, rep: int, out: str) -> float:
         "memory": rep == 0,
         "memory_iterations": 4,
     }
+
+
+def job_done(spec: dict) -> bool:
+    """Whether ``spec``'s job already ran to the end in its folder: the same spec, and every
+    segment's record (and, in the memory repetition, every memory record) completed."""
+    out = spec["out"]
+    try:
+        with open(os.path.join(out, "spec.json")) as f:
+            if json.load(f) != json.loads(json.dumps(spec)):
+                return False
+        labels = [s["label"] for s in spec["segments"]]
+        if spec["memory"]:
+            labels += [s["label"] + "@memory" for s in spec["segments"] if s.get("memory", True)]
+        for label in labels:
+            with open(os.path.join(out, label, "run.json")) as f:
+                if json.load(f).get("status") != "completed":
+                    return False
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def job(spec: dict, nproc: int, rep: int) -> float:
+    out = spec["out"]
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "spec.json"), "w") as f:
         json.dump(spec, f, indent=1)
@@ -122,7 +147,7 @@ def job(args, model: str, rep: int, out: str) -> float:
     with open(os.path.join(out, "job.log"), "w") as log:
         code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     if code != 0:
-        raise SystemExit(f"bench: {model} repetition {rep} failed (exit {code}); see {out}/job.log")
+        raise SystemExit(f"bench: repetition {rep} failed (exit {code}); see {out}/job.log")
     return time.perf_counter() - t0
 
 
@@ -141,6 +166,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--only", nargs="+", metavar="LABEL", help="these segments only (e.g. flsgd dreamddp), to study a few")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every segment")
     p.add_argument("--out", default="results/bench")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the jobs already completed in --out with the same spec; run the rest")
     args = p.parse_args(argv)
     unknown = [m for m in args.models if m not in MODELS[args.preset]]
     if unknown:
@@ -156,7 +183,11 @@ def run_jobs(args: argparse.Namespace) -> str:
     start = time.perf_counter()
     for rep in range(args.reps):
         for model in (args.models if rep % 2 == 0 else args.models[::-1]):
-            took = job(args, model, rep, os.path.join(runs, model, f"rep{rep}"))
+            spec = job_spec(args, model, rep, os.path.join(runs, model, f"rep{rep}"))
+            if args.resume and job_done(spec):
+                print(f"bench: {model} repetition {rep}: completed before, kept", flush=True)
+                continue
+            took = job(spec, args.nproc, rep)
             print(f"bench: {model} repetition {rep}: {took:.0f} s", flush=True)
     write_json(os.path.join(runs, "bench.json"), {"args": vars(args), "seconds": time.perf_counter() - start})
     return runs

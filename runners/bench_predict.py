@@ -83,6 +83,17 @@ def compute_time(profile: Profile) -> float:
     return sum(profile.fwd.values()) + sum(profile.bp.values()) + profile.step_time
 
 
+def longest_unit(rec: dict, profile: Profile) -> tuple[str, float, float, float]:
+    """(unit, its all-reduce seconds on the run's link, one iteration's compute, the step).  A
+    late all-reduce runs behind merge_delay iterations of compute less the step it launches
+    after, so a delayed merge reaches the compute-only iteration only where every unit's
+    all-reduce fits in that room."""
+    link, world = record_link(rec), rec["extra"]["world_size"]
+    comm = {u: link.seconds("all_reduce", profile.nbytes[u], world) for u in profile.units}
+    unit = max(comm, key=comm.get)
+    return unit, comm[unit], compute_time(profile), profile.step_time
+
+
 def structure_bound(label: str, rec: dict, profile: Profile) -> float:
     """The least iteration time of any plan of this algorithm's kind (module docstring)."""
     algo = rec["config"]["algo"]

@@ -15,6 +15,7 @@ were measured).
 
     python runners/simulator_accuracy.py                      # make simulator-accuracy
     python runners/simulator_accuracy.py --report-only        # rebuild the README from the records
+    python runners/simulator_accuracy.py --from-bench results/bench   # make simulator-accuracy: ratio 7 from make bench
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
     lines = ["# Simulator accuracy: predicted vs measured iteration time", "",
              f"Made by `python runners/simulator_accuracy.py {' '.join(argv)}`"
              + (f" ({seconds / 60:.0f} min on this host)" if seconds else "") + ". "
-             "Per model and comm/backward ratio, one benchmark job runs every algorithm interleaved (2 workers, "
-             "one per core, H=10); the prediction of each run uses only that job's measurements: DreamDDP's per-unit "
+             "Per model and comm/backward ratio, a benchmark job runs every algorithm interleaved (2 workers, "
+             "one per core, H=10; one job per repetition, column rep; `--from-bench`: that ratio's jobs are "
+             "`make bench`'s own); the prediction of each run uses only that job's measurements: DreamDDP's per-unit "
              "profile, the nosync run's steady compute and every rank's spread of it (the simulator samples it: "
              "a sync point waits for the slowest rank), the recorded link (rate and measured alpha) and the run's "
              "own plan. *no skew*: the same without the ranks' spread. *in-run*: the run's own prediction from its "
@@ -114,6 +116,19 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
     write_csv(os.path.join(out, "accuracy.csv"), rows, list(rows[0]))
 
 
+def _bench_ratio(folder: str, models: list[str]) -> float:
+    """The ratio a ``make bench`` output ran at, if it is this study's kind of job (the same
+    defaults but the ratio and the repetitions, every model)."""
+    made = json.loads((Path(folder) / "runs" / "bench.json").read_text())["args"]
+    ours = vars(bench.parse_args(["--models", *models]))
+    differs = [k for k in ("preset", "nproc", "H", "iterations", "calibration_iterations", "profile_iterations",
+                           "only", "set", "quick") if made.get(k) != ours[k]]
+    if differs or not set(models) <= set(made["models"]):
+        raise SystemExit(f"simulator_accuracy: --from-bench {folder}: not this study's job "
+                         f"({', '.join(differs) or 'models'} differ)")
+    return float(made["ratio"])
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -122,13 +137,21 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--out", default="results/simulator")
     p.add_argument("--report-only", action="store_true", help="rebuild the README from the records in --out")
+    p.add_argument("--resume", action="store_true", help="keep the jobs already completed (runners/bench.py --resume)")
+    p.add_argument("--from-bench", metavar="DIR",
+                   help="a `make bench` output (results/bench): the ratio it ran at is read from its records "
+                        "(every repetition) instead of being run again")
     args = p.parse_args(argv)
     start, rows = time.perf_counter(), []
+    reused = _bench_ratio(args.from_bench, args.models) if args.from_bench else None
     for ratio in args.ratios:
+        if reused is not None and ratio == reused:
+            rows += rows_of(os.path.join(args.from_bench, "runs"), ratio)
+            continue
         folder = os.path.join(args.out, f"ratio{ratio:g}")
         if not args.report_only:
             bench.run_jobs(bench.parse_args(["--models", *args.models, "--reps", str(args.reps), "--ratio", str(ratio),
-                                             "--out", folder]))
+                                             "--out", folder] + (["--resume"] if args.resume else [])))
         rows += rows_of(os.path.join(folder, "runs"), ratio)
     if not rows:
         raise SystemExit(f"simulator_accuracy: no run records under {args.out}")

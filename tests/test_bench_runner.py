@@ -1,0 +1,45 @@
+"""``make bench``'s pipeline end to end on tiny models: the interleaved job, its records, the
+report, and ``--resume`` keeping a completed job instead of running it again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SEGMENTS = ["flsgd", "dreamddp", "nosync@ideal"]
+
+
+def bench(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(ROOT / "runners" / "bench.py"), "--quick", "--reps", "1", "--models", "gpt2",
+           "--only", *SEGMENTS, "--out", str(out), *extra]
+    env = {**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.timeout(400)
+def test_quick_bench_writes_its_report_and_resume_keeps_the_completed_job(tmp_path):
+    first = bench(tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    job = tmp_path / "runs" / "gpt2" / "rep0"
+    for label in SEGMENTS + [s + "@memory" for s in SEGMENTS]:
+        assert json.loads((job / label / "run.json").read_text())["status"] == "completed", label
+    report = (tmp_path / "README.md").read_text()
+    assert "| flsgd |" in report and "| dreamddp |" in report and "## Targets" in report
+
+    stamp = (job / "dreamddp" / "run.json").stat().st_mtime_ns
+    again = bench(tmp_path, "--resume")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "gpt2 repetition 0: completed before, kept" in again.stdout
+    assert (job / "dreamddp" / "run.json").stat().st_mtime_ns == stamp  # not run again
+
+    # A job whose spec changed is not the same job: --resume runs it.
+    changed = bench(tmp_path, "--resume", "--H", "4")
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert "completed before" not in changed.stdout
+    assert json.loads((job / "spec.json").read_text())["chunk"] == 4
