@@ -118,7 +118,7 @@ def per_rep(reps: dict) -> dict:
             rec = segs.get(label)
             if rec is None:
                 continue
-            row = {"measured": _t(rec), "late": lateness(rec)}
+            row = {"rep": r, "measured": _t(rec), "late": lateness(rec)}
             if REFERENCE in segs:
                 row["x_dreamddp"] = _t(rec) / _t(segs[REFERENCE])
             if profile is not None:
@@ -210,7 +210,8 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
         rows.append(row)
         units = [s["longest_unit"] for s in st if s.get("longest_unit")]
         judged[label] = {**row, "longest_unit": units and (units[0][0], *(statistics.median(u[k] for u in units)
-                                                                          for k in (1, 2, 3)))}
+                                                                          for k in (1, 2, 3))),
+                         "measured_by_rep": {s["rep"]: s["measured"] for s in st}}
         p = paper.get(label)
         lines.append(f"| {label} | {_fmt(row['iteration_s'])} | {_fmt(row['x_dreamddp'], 2)} | "
                      f"{'n/a' if p is None else f'{p:.2f}'} | {_fmt(row['authors_model_x_dreamddp'], 2)} | "
@@ -256,11 +257,12 @@ def _emulation(rec: dict) -> str:
 
 
 def _x(j: dict, num: str, den: str) -> tuple | None:
-    """num / den iteration time, from the per-repetition ratios over DreamDDP."""
+    """num / den iteration time: the ratio inside each repetition (one job), then its median and spread."""
     a, b = j["rows"].get(num), j["rows"].get(den)
-    if not a or not b or not a["x_dreamddp"] or not b["x_dreamddp"]:
+    if not a or not b:
         return None
-    return tuple(x / y for x, y in zip(a["x_dreamddp"], b["x_dreamddp"]))
+    a, b = a["measured_by_rep"], b["measured_by_rep"]
+    return _med([a[r] / b[r] for r in a if r in b])
 
 
 def _reason(row: dict) -> str:

@@ -32,6 +32,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from dreamddp.atomic import write_csv, write_text  # noqa: E402
+from dreamddp.prediction import record_link  # noqa: E402
 from dreamddp.results.collect import collect, write_compact  # noqa: E402
 from dreamddp.results.target import time_to_target, train_loss_points  # noqa: E402
 
@@ -39,6 +40,10 @@ from dreamddp.results.target import time_to_target, train_loss_points  # noqa: E
 # 7x the backward pass on 2 workers (compute presets: GPT-2 15.5 MB, ~0.17 s backward;
 # ResNet-18 17.5 MB, ~0.07 s backward; runners/compute_split.py).
 RATES = {"gpt2": 0.1, "resnet18": 0.3}
+# Per model, overrides of the study's evaluation: a ResNet-18 evaluation batch is 8 images, so the
+# preset's 4 batches (32 images) move the eval loss by 10-30% from one model to the next; 64
+# batches (512 images) make a 1% comparison readable.  GPT-2's 4 batches are 4,096 tokens.
+EVAL = {"gpt2": [], "resnet18": ["data.eval_batches=64"]}
 
 
 def sweep(model: str, gbps: float, extra: list[str]) -> None:
@@ -63,17 +68,17 @@ def report(runs: list[dict], out: Path, seconds: float | None) -> None:
         c = run["config"]
         by[c["model"]["name"]][(int(c["algo"]["merge_delay"]), int(c["seed"]))] = run
     lines = ["# DreamDDP with a delayed merge: quality and time", "",
-             "Made by `python runners/merge_delay_study.py`" + (f" ({seconds / 60:.0f} min on this host)" if seconds else "")
+             "Made by `python runners/merge_delay_study.py`" + (f" ({seconds / 60:.0f} min of runs on this host)" if seconds else "")
              + ": DreamDDP at `algo.merge_delay` 0 (the paper's), 1 and 2, three seeds each, 300 iterations, "
-             "H=10, 2 workers, compute-regime presets, an emulated link at which the all-reduce of all parameters "
-             "takes about 7x the backward pass. Ratios are over merge_delay=0 with the same seed; medians over "
+             "H=10, 2 workers, compute-regime presets, an emulated link at a fixed rate per model (chosen for an "
+             "all-reduce of all parameters about 7x the backward pass; the ratio as measured is given per model). Ratios are over merge_delay=0 with the same seed; medians over "
              "seeds with the min-max spread. Time to target: training seconds until the training loss (mean of "
              "the last 10 iterations) first reaches the highest final value of any run of the model.", ""]
     rows = []
     for model, runs_of in sorted(by.items()):
         curves = {k: train_loss_points(r["iterations"]) for k, r in runs_of.items()}
         target = max(points[-1][1] for points in curves.values())
-        lines += [f"## {model}", "", f"Target training loss {target:.4f}.", "",
+        lines += [f"## {model}", "", f"{_link_line(runs_of)} Target training loss {target:.4f}.", "",
                   "| merge_delay | final train loss | x delay 0 | final eval loss | x delay 0 | iteration s | "
                   "time to target s | x delay 0 |", "|---|---|---|---|---|---|---|---|"]
         for delay in sorted({d for d, _ in runs_of}):
@@ -102,6 +107,19 @@ def report(runs: list[dict], out: Path, seconds: float | None) -> None:
         _divergence_plot(runs_of, out / f"{model}_divergence.png", model)
     write_text(str(out / "README.md"), "\n".join(lines) + "\n")
     write_csv(str(out / "merge_delay.csv"), rows, list(rows[0]))
+
+
+def _link_line(runs_of: dict) -> str:
+    """The link as the runs met it: its rate, and the all-reduce of all parameters over the
+    measured backward pass (the fixed rate was chosen for about 7x; the host's speed moves it)."""
+    ratios, rate = [], None
+    for run in runs_of.values():
+        link = record_link(run)
+        nbytes = run["extra"]["model"]["bytes"]
+        ratios.append(link.seconds("all_reduce", nbytes, run["extra"]["world_size"]) / run["summary"]["mean_backward"])
+        rate = run["extra"]["link"]["gbps"]
+    return (f"Emulated link {1e3 * rate:g} Mbit/s: the all-reduce of all parameters takes "
+            f"{_fmt(_med(ratios), 2)} x the measured backward pass.")
 
 
 def _med(values):
@@ -138,15 +156,16 @@ def main(argv=None) -> int:
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run")
     args = p.parse_args(argv)
     out = Path(args.out)
-    start = time.perf_counter()
     if not args.report_only:
         for model in args.models:
-            sweep(model, RATES[model], args.set)
+            sweep(model, RATES[model], EVAL[model] + args.set)
         write_compact(collect(["multirun/merge_delay_cpu"]), out / "runs")
     runs = collect([out / "runs"])
     if not runs:
         raise SystemExit(f"merge_delay_study: no run records under {out / 'runs'}")
-    report(runs, out, None if args.report_only else time.perf_counter() - start)
+    # The runs' own span (records only, so --report-only says it too); the sweep's start-up is not in it.
+    seconds = sum(r["end_time"] - r["start_time"] for r in runs if r.get("start_time") and r.get("end_time"))
+    report(runs, out, seconds or None)
     print(f"{out}/README.md")
     return 0
 

@@ -34,7 +34,7 @@ COMPACT_VERSION = 1
 MAX_POINTS = 300  # iteration rows kept per run
 _ROW_KEYS = ("iteration", "time", "forward", "backward", "wait", "bytes", "loss")
 _PROFILE_FILES = ("bp", "comm", "fwd", "nbytes", "meta")
-_EXTRA_KEYS = ("link", "link_calibration", "world_size", "samples_per_epoch_per_worker", "schedule")
+_EXTRA_KEYS = ("link", "link_calibration", "world_size", "samples_per_epoch_per_worker", "schedule", "model")
 _SUFFIX = re.compile(r"_(cpu|paper)$")
 
 
@@ -98,7 +98,7 @@ def compact(record: dict, run_dir: Optional[Path] = None, limit: int = MAX_POINT
     summary = {k: v for k, v in record.get("summary", {}).items() if k != "text"}
     experiment = (record["config"].get("experiment") or {}).get("name", "default")
     study, scale = study_of(experiment)
-    return _round({
+    out = _round({
         "compact": COMPACT_VERSION,
         "study": study,
         "scale": scale,
@@ -118,6 +118,9 @@ def compact(record: dict, run_dir: Optional[Path] = None, limit: int = MAX_POINT
         "evals": evals,
         "divergence": record.get("divergence", []),
     })
+    # Wall-clock stamps keep their full precision (6 significant digits of an epoch time is 1000 s).
+    out["start_time"], out["end_time"] = record.get("start_time"), record.get("end_time")
+    return out
 
 
 def _record_files(root: Path) -> Iterable[tuple[Path, Optional[Path]]]:
