@@ -15,6 +15,7 @@ runners/bench_report.py turns the run records into ``<out>/README.md``.
     python runners/bench.py --preset small --nproc 4 --out results/bench_skew   # make bench-skew
     python runners/bench.py --quick --out /tmp/b     # a 2-worker smoke run of the whole pipeline
     python runners/bench.py --resume                 # finish an interrupted run: keep its completed jobs
+                                                     # (same options, same code: runners/bench.py source_digest)
 
 Presets (``--preset``): ``compute`` (default) is each model's ``model.size=compute``,
 whose forward / backward / optimizer split on one CPU core looks like the paper
@@ -28,11 +29,14 @@ paper-size model would have).
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import bench_report
 
@@ -94,6 +98,19 @@ def rotated(segs: list[dict], r: int) -> list[dict]:
     return [s for b in blocks[k:] + blocks[:k] for s in b]
 
 
+@functools.cache
+def source_digest() -> str:
+    """A digest of the code a job runs (the package, conf/, the job's worker), committed or not: a
+    job that other code made is not the same job, so ``--resume`` runs it again.  The report is
+    left out: it is remade from the records every time."""
+    root, digest = Path(__file__).resolve().parents[1], hashlib.sha256()
+    paths = [*(root / "dreamddp").rglob("*.py"), *(root / "conf").rglob("*.yaml"), root / "runners" / "bench_worker.py"]
+    for path in sorted(paths):
+        if path.is_file():
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def job_spec(args, model: str, rep: int, out: str) -> dict:
     overrides = QUICK[model] if args.quick else MODELS[args.preset][model]["overrides"]
     nproc = args.nproc
@@ -110,6 +127,7 @@ def job_spec(args, model: str, rep: int, out: str) -> dict:
         "calibration_iterations": args.calibration_iterations,
         "memory": rep == 0,
         "memory_iterations": 4,
+        "source": source_digest(),
     }
 
 
@@ -167,7 +185,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every segment")
     p.add_argument("--out", default="results/bench")
     p.add_argument("--resume", action="store_true",
-                   help="keep the jobs already completed in --out with the same spec; run the rest")
+                   help="keep the jobs already completed in --out with the same spec and code; run the rest")
     args = p.parse_args(argv)
     unknown = [m for m in args.models if m not in MODELS[args.preset]]
     if unknown:

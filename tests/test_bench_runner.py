@@ -3,6 +3,7 @@ report, and ``--resume`` keeping a completed job instead of running it again."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -23,7 +24,9 @@ def bench(out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.timeout(400)
-def test_quick_bench_writes_its_report_and_resume_keeps_the_completed_job(tmp_path):
+def test_quick_bench_writes_its_report_and_resume_keeps_the_completed_job(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "runners"))
+    bench_module = importlib.import_module("bench")
     first = bench(tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     job = tmp_path / "runs" / "gpt2" / "rep0"
@@ -37,6 +40,12 @@ def test_quick_bench_writes_its_report_and_resume_keeps_the_completed_job(tmp_pa
     assert again.returncode == 0, again.stdout + again.stderr
     assert "gpt2 repetition 0: completed before, kept" in again.stdout
     assert (job / "dreamddp" / "run.json").stat().st_mtime_ns == stamp  # not run again
+
+    # A job that other code made (a digest of dreamddp/, conf/ and the worker in its spec) is not
+    # the same job either.
+    spec = json.loads((job / "spec.json").read_text())
+    assert spec["source"] == bench_module.source_digest() and bench_module.job_done(spec)
+    assert not bench_module.job_done({**spec, "source": "made-by-other-code"})
 
     # A job whose spec changed is not the same job: --resume runs it.
     changed = bench(tmp_path, "--resume", "--H", "4")
