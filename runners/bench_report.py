@@ -16,9 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import bench_predict as bp
+from bench_targets import targets
 
 from dreamddp.atomic import write_csv, write_text
 from dreamddp.prediction import record_link
+from dreamddp.results.spread import fmt_spread, median_spread
 from dreamddp.results.target import time_to_target, train_loss_points
 from dreamddp.schedule.authors_model import modelled_times
 from dreamddp.schedule.compare import reference_root
@@ -32,7 +34,6 @@ IDEAL = ["ddp@ideal", "ssgd@ideal", "nosync@ideal", "plain@ideal"]
 PAPER_PROFILES = {"gpt2": ("paper-v1/A6000/gpt2", 10.0, 5.0), "resnet18": ("paper-v1/A6000/resnet18", 2.0, 1.0),
                   "resnet50": ("paper-v1/A6000/resnet50", 2.0, 1.0), "llama2": ("paper-v1/A6000/llama2", 10.0, 5.0)}
 AUTHORS_KEYS = {"ssgd": "sgd", "ascwfbp": "pipe_sgd", "flsgd": "localsgd", "plsgd_enp": "pipe_seq_localsgd"}
-WITHIN = 0.05  # every algorithm within 5% of its own bound
 
 
 def load(runs: str) -> dict:
@@ -56,17 +57,6 @@ def job_seconds(segs: dict) -> float:
 
 def _t(rec) -> float:
     return rec["summary"]["mean_iteration_time"]
-
-
-def _med(values) -> tuple[float, float, float] | None:
-    values = [v for v in values if v is not None]
-    return (statistics.median(values), min(values), max(values)) if values else None
-
-
-def _fmt(m, digits: int = 3) -> str:
-    if m is None:
-        return "n/a"
-    return f"{m[0]:.{digits}f} ({m[1]:.{digits}f}-{m[2]:.{digits}f})"
 
 
 def paper_ratios(model: str) -> dict:
@@ -168,7 +158,7 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
     """Markdown lines, csv rows and the numbers the targets are judged on, for one model."""
     stats = per_rep(reps)
     paper = paper_ratios(model)
-    ours_authors = {label: _med([authors_on_ours(segs).get(label) for segs in reps.values()]) for label in AUTHORS_KEYS}
+    ours_authors = {label: median_spread([authors_on_ours(segs).get(label) for segs in reps.values()]) for label in AUTHORS_KEYS}
     target, ttt = times_to_target(reps)
     ttt_ratio = {label: [a / b for a, b in zip(ttt[label], ttt[REFERENCE]) if a and b] for label in ttt}
     some = next(iter(reps.values()))
@@ -185,7 +175,7 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
         + (f"{m['parameters'] / 1e6:.2f}M parameters, {m['edge_share']:.1%} of bytes in embeddings/head. " if m else "")
         + f"Emulated link {calib['gbps'] * 1e3:.2f} Mbit/s in repetition 0 (all-reduce of the {calib['model_bytes'] / 2**20:.2f} MiB "
         f"model = {calib['ratio']:g} x the steady backward of {calib['backward_s'] * 1e3:.1f} ms); measured comm/backward "
-        f"(S-SGD's exposed wait / its backward): {_fmt(_med(comm_backward), 2)}. Alpha (one collective): "
+        f"(S-SGD's exposed wait / its backward): {fmt_spread(median_spread(comm_backward), 2)}. Alpha (one collective): "
         f"{rec['extra']['link']['alpha_ms']:.2f} ms. {_emulation(rec)} {_split(some)}",
         "",
         "| algorithm | iteration s | x DreamDDP (measured) | x DreamDDP (paper, modelled) | x DreamDDP (authors' model, "
@@ -198,14 +188,14 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
         if label not in stats:
             continue
         st = stats[label]
-        col = lambda key: _med([s.get(key) for s in st])  # noqa: E731
-        ratio = lambda key: _med([s[key] / s["measured"] for s in st if s.get(key)])  # noqa: E731
+        col = lambda key: median_spread([s.get(key) for s in st])  # noqa: E731
+        ratio = lambda key: median_spread([s[key] / s["measured"] for s in st if s.get(key)])  # noqa: E731
         row = {"model": model, "algorithm": label, "iteration_s": col("measured"), "x_dreamddp": col("x_dreamddp"),
                "paper_x_dreamddp": paper.get(label), "authors_model_x_dreamddp": ours_authors.get(label),
                "bound_s": col("bound"), "bound_over_measured": ratio("bound"),
                "plan_over_measured": ratio("plan_bound"), "predicted_over_measured": ratio("predicted"),
-               "late_ms": _med([1e3 * s["late"] for s in st if s.get("late") is not None]),
-               "time_to_target_s": _med(ttt.get(label, [])), "ttt_x_dreamddp": _med(ttt_ratio.get(label, [])),
+               "late_ms": median_spread([1e3 * s["late"] for s in st if s.get("late") is not None]),
+               "time_to_target_s": median_spread(ttt.get(label, [])), "ttt_x_dreamddp": median_spread(ttt_ratio.get(label, [])),
                "compute_s": col("compute")}
         rows.append(row)
         units = [s["longest_unit"] for s in st if s.get("longest_unit")]
@@ -213,20 +203,20 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
                                                                           for k in (1, 2, 3))),
                          "measured_by_rep": {s["rep"]: s["measured"] for s in st}}
         p = paper.get(label)
-        lines.append(f"| {label} | {_fmt(row['iteration_s'])} | {_fmt(row['x_dreamddp'], 2)} | "
-                     f"{'n/a' if p is None else f'{p:.2f}'} | {_fmt(row['authors_model_x_dreamddp'], 2)} | "
-                     f"{_fmt(row['bound_s'])} | "
-                     f"{_fmt(row['bound_over_measured'], 2)} | {_fmt(row['plan_over_measured'], 2)} | "
-                     f"{_fmt(row['predicted_over_measured'], 2)} | {_fmt(row['late_ms'], 1)} | "
-                     f"{_fmt(row['time_to_target_s'], 1)} | {_fmt(row['ttt_x_dreamddp'], 2)} |")
-    times = {label: _med([_t(s[label]) for s in reps.values() if label in s]) for label in IDEAL}
-    over = {"ssgd / ddp": _med([_t(s["ssgd@ideal"]) / _t(s["ddp@ideal"]) for s in reps.values()
+        lines.append(f"| {label} | {fmt_spread(row['iteration_s'])} | {fmt_spread(row['x_dreamddp'], 2)} | "
+                     f"{'n/a' if p is None else f'{p:.2f}'} | {fmt_spread(row['authors_model_x_dreamddp'], 2)} | "
+                     f"{fmt_spread(row['bound_s'])} | "
+                     f"{fmt_spread(row['bound_over_measured'], 2)} | {fmt_spread(row['plan_over_measured'], 2)} | "
+                     f"{fmt_spread(row['predicted_over_measured'], 2)} | {fmt_spread(row['late_ms'], 1)} | "
+                     f"{fmt_spread(row['time_to_target_s'], 1)} | {fmt_spread(row['ttt_x_dreamddp'], 2)} |")
+    times = {label: median_spread([_t(s[label]) for s in reps.values() if label in s]) for label in IDEAL}
+    over = {"ssgd / ddp": median_spread([_t(s["ssgd@ideal"]) / _t(s["ddp@ideal"]) for s in reps.values()
                                 if "ssgd@ideal" in s and "ddp@ideal" in s]),
-            "nosync / plain": _med([_t(s["nosync@ideal"]) / _t(s["plain@ideal"]) for s in reps.values()
+            "nosync / plain": median_spread([_t(s["nosync@ideal"]) / _t(s["plain@ideal"]) for s in reps.values()
                                     if "nosync@ideal" in s and "plain@ideal" in s])}
     lines += ["", "Engine overhead on the ideal link (iteration time ratios, same job): "
-              + "; ".join(f"{k} {_fmt(v, 3)}" for k, v in over.items())
-              + ". Iteration seconds: " + ", ".join(f"{label} {_fmt(v, 3)}" for label, v in times.items()) + "."]
+              + "; ".join(f"{k} {fmt_spread(v, 3)}" for k, v in over.items())
+              + ". Iteration seconds: " + ", ".join(f"{label} {fmt_spread(v, 3)}" for label, v in times.items()) + "."]
     memory = {label[: -len("@memory")]: s[label]["extra"]["memory"]["peak_bytes"]
               for s in reps.values() for label in s if label.endswith("@memory")}
     if memory:
@@ -241,7 +231,7 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
             extra = memory["dreamddp+delay"] - memory["plain@ideal"]
             lines += ["", f"dreamddp+delay over plain: {extra / 2**20:.2f} MiB; the largest set of units its plan has "
                       f"in flight at once (merged late): {late / 2**20:.2f} MiB (one copy each with merge_delay=1)."]
-    compute = _med([s["compute"] for s in stats.get(REFERENCE, []) if s.get("compute")])
+    compute = median_spread([s["compute"] for s in stats.get(REFERENCE, []) if s.get("compute")])
     return lines, rows, {"rows": judged, "over": over, "memory": memory, "compute": compute,
                          "nosync": times.get("nosync@ideal")}
 
@@ -254,98 +244,6 @@ def _emulation(rec: dict) -> str:
     pinned = "pinned" if host.get("pinned") else "not pinned"
     return (f"Host: {host.get('local_workers', '?')} workers on {host.get('cores', '?')} cores, {quota}, {pinned}; "
             f"carrier {link.get('carrier', 'eager')}, hold_core {link.get('hold_core', False)}.")
-
-
-def _x(j: dict, num: str, den: str) -> tuple | None:
-    """num / den iteration time: the ratio inside each repetition (one job), then its median and spread."""
-    a, b = j["rows"].get(num), j["rows"].get(den)
-    if not a or not b:
-        return None
-    a, b = a["measured_by_rep"], b["measured_by_rep"]
-    return _med([a[r] / b[r] for r in a if r in b])
-
-
-def _reason(row: dict) -> str:
-    """Why measured exceeds the bound, from the numbers: schedule, skew, and the rest."""
-    measured = row["iteration_s"][0]
-    parts = []
-    if row["bound_over_measured"] and row["plan_over_measured"]:
-        plan, bound = measured * row["plan_over_measured"][0], measured * row["bound_over_measured"][0]
-        if plan - bound > 0.005 * measured:
-            parts.append(f"its plan leaves {1e3 * (plan - bound):.1f} ms more wait than the best plan")
-        if row["predicted_over_measured"]:
-            pred = measured * row["predicted_over_measured"][0]
-            parts.append(f"the ranks' skew adds {1e3 * (pred - plan):.1f} ms (predicted)")
-            parts.append(f"{1e3 * (measured - pred):+.1f} ms are beyond the model (the backend's own transfer at "
-                         f"the wait, per-op work the profile lacks)")
-    return "; ".join(parts)
-
-
-def targets(judged: dict, args: dict) -> list[str]:
-    """The issues' targets, met or not, from the measurements."""
-    out = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
-    reasons: list[str] = []
-
-    def line(name, value, ok):
-        out.append(f"| {name} | {value} | {'yes' if ok else 'NO'} |")
-
-    skew_job = args.get("nproc", 2) > 2
-    for model, j in judged.items():
-        rows = j["rows"]
-        if not skew_job and model == "resnet18":
-            for num, goal in (("flsgd", 1.25), ("plsgd_enp", 1.05), ("ascwfbp", 3.5)):
-                m = rows.get(num, {}).get("x_dreamddp")
-                line(f"{num} / dreamddp >= {goal} ({model})", _fmt(m, 2), m is not None and m[0] >= goal)
-            m = _x(j, "dreamddp+delay", "dreamddp")
-            n = _x(j, "dreamddp+delay", "dreamddp+overlap")
-            line(f"dreamddp+delay <= min(dreamddp, dreamddp+overlap) ({model})",
-                 f"x dreamddp {_fmt(m, 3)}, x overlap {_fmt(n, 3)}", m is not None and n is not None and max(m[0], n[0]) <= 1.0)
-        if not skew_job and model == "gpt2":
-            d = rows.get("dreamddp", {}).get("bound_over_measured")
-            line(f"dreamddp within 3% of its bound ({model})", _fmt(d, 3), d is not None and d[0] >= 1 / 1.03)
-            m = _x(j, "flsgd", "dreamddp+delay")
-            line(f"flsgd / dreamddp+delay >= 1.22 ({model})", _fmt(m, 3), m is not None and m[0] >= 1.22)
-            fl, ns = rows.get("flsgd", {}).get("iteration_s"), j.get("nosync")
-            if m and fl and ns:
-                ceiling = fl[0] / ns[0]
-                line(f"flsgd / dreamddp+delay within 5% of flsgd / nosync = {ceiling:.3f} ({model})",
-                     f"{m[0] / ceiling:.3f} of it", m[0] >= 0.95 * ceiling)
-                if m[0] < 0.95 * ceiling:
-                    reasons.append(_ceiling_reason(model, j, ns[0]))
-        if skew_job:
-            m = _x(j, "flsgd", "dreamddp+delay")
-            line(f"dreamddp+delay beats flsgd by >= 10% ({model}, {args.get('nproc')} workers)", _fmt(m, 3),
-                 m is not None and m[0] >= 1.10)
-        missed = [(label, r) for label, r in rows.items()
-                  if r["bound_over_measured"] and r["bound_over_measured"][0] < 1 - WITHIN]
-        line(f"every algorithm within {WITHIN:.0%} of its bound ({model})",
-             "all" if not missed else "missed: " + ", ".join(f"{lb} {r['bound_over_measured'][0]:.2f}" for lb, r in missed),
-             not missed)
-        over = j["over"].get("ssgd / ddp")
-        line(f"ssgd <= 1.05 x ddp ({model})", _fmt(over, 3), over is not None and over[0] <= 1.05)
-        mem = j["memory"]
-        if mem.get("dreamddp") and mem.get("plain@ideal"):
-            r = mem["dreamddp"] / mem["plain@ideal"]
-            line(f"dreamddp peak memory <= plain + 2% ({model})", f"{r:.3f}", r <= 1.02)
-    for model, j in judged.items():
-        for label, r in j["rows"].items():
-            if r["bound_over_measured"] and r["bound_over_measured"][0] < 1 - WITHIN:
-                reasons.append(f"- {model} {label}: {r['iteration_s'][0] * 1e3:.1f} ms measured, bound "
-                               f"{r['bound_s'][0] * 1e3:.1f} ms: {_reason(r)}.")
-    return out + (["", "Where a target is missed, the measured reason:", ""] + reasons if reasons else [])
-
-
-def _ceiling_reason(model: str, j: dict, nosync: float) -> str:
-    """Why DreamDDP with a delayed merge stays above the compute-only iteration (nosync's)."""
-    row = j["rows"]["dreamddp+delay"]
-    measured, bound = row["iteration_s"][0], row["bound_s"][0]
-    unit, comm, compute, step = row["longest_unit"]
-    return (f"- {model} dreamddp+delay against the compute-only iteration: its own bound is {1e3 * bound:.1f} ms, "
-            f"{1e3 * (bound - nosync):.1f} ms over nosync's {1e3 * nosync:.1f} ms: a late all-reduce runs behind "
-            f"merge_delay iterations of compute less the step it follows ({1e3 * (compute - step):.0f} ms with "
-            f"merge_delay=1, {1e3 * (2 * compute - step):.0f} ms with 2), and the longest one, {unit}'s, takes "
-            f"{1e3 * comm:.0f} ms on this link. Measured {1e3 * measured:.1f} ms, {1e3 * (measured - bound):.1f} ms "
-            f"over that bound.")
 
 
 def write(runs: str, out: str) -> None:

@@ -22,7 +22,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from dreamddp.atomic import write_csv, write_text  # noqa: E402
 from dreamddp.prediction import record_link  # noqa: E402
 from dreamddp.results.collect import collect, write_compact  # noqa: E402
+from dreamddp.results.spread import fmt_spread, median_spread  # noqa: E402
 from dreamddp.results.target import time_to_target, train_loss_points  # noqa: E402
 
 # Per model: the emulated rate (Gbit/s) at which the all-reduce of all parameters takes about
@@ -98,11 +98,11 @@ def report(runs: list[dict], out: Path, seconds: float | None) -> None:
                     base_ttt = time_to_target(curves[(0, seed)], target)
                     if ttt and base_ttt:
                         vals["ttt_x"].append(ttt / base_ttt)
-            med = {k: _med(v) for k, v in vals.items()}
+            med = {k: median_spread(v) for k, v in vals.items()}
             rows.append({"model": model, "merge_delay": delay, **{k: (v[0] if v else None) for k, v in med.items()}})
-            lines.append(f"| {delay} | {_fmt(med['train'], 4)} | {_fmt(med.get('train_x'), 4)} | {_fmt(med['eval'], 4)} | "
-                         f"{_fmt(med.get('eval_x'), 4)} | {_fmt(med['time'], 3)} | {_fmt(med['ttt'], 1)} | "
-                         f"{_fmt(med.get('ttt_x'), 3)} |")
+            lines.append(f"| {delay} | {fmt_spread(med['train'], 4)} | {fmt_spread(med.get('train_x'), 4)} | {fmt_spread(med['eval'], 4)} | "
+                         f"{fmt_spread(med.get('eval_x'), 4)} | {fmt_spread(med['time'], 3)} | {fmt_spread(med['ttt'], 1)} | "
+                         f"{fmt_spread(med.get('ttt_x'), 3)} |")
         lines += ["", f"![divergence]({model}_divergence.png)", ""]
         _divergence_plot(runs_of, out / f"{model}_divergence.png", model)
     write_text(str(out / "README.md"), "\n".join(lines) + "\n")
@@ -119,16 +119,7 @@ def _link_line(runs_of: dict) -> str:
         ratios.append(link.seconds("all_reduce", nbytes, run["extra"]["world_size"]) / run["summary"]["mean_backward"])
         rate = run["extra"]["link"]["gbps"]
     return (f"Emulated link {1e3 * rate:g} Mbit/s: the all-reduce of all parameters takes "
-            f"{_fmt(_med(ratios), 2)} x the measured backward pass.")
-
-
-def _med(values):
-    values = [v for v in values if v is not None]
-    return (statistics.median(values), min(values), max(values)) if values else None
-
-
-def _fmt(m, digits: int) -> str:
-    return "n/a" if m is None else f"{m[0]:.{digits}f} ({m[1]:.{digits}f}-{m[2]:.{digits}f})"
+            f"{fmt_spread(median_spread(ratios), 2)} x the measured backward pass.")
 
 
 def _divergence_plot(runs_of: dict, path: Path, model: str) -> None:

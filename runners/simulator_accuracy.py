@@ -164,7 +164,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"simulator_accuracy: no run records under {args.out}")
     made = Path(args.out) / "made.json"
     if args.report_only and made.is_file():
-        seconds, argv = json.loads(made.read_text())["seconds"], json.loads(made.read_text())["argv"]
+        made_by = json.loads(made.read_text())
+        seconds, argv = made_by["seconds"], made_by["argv"]
     else:
         seconds = time.perf_counter() - start
         write_text(str(made), json.dumps({"seconds": seconds, "argv": argv}))

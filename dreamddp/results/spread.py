@@ -1,0 +1,20 @@
+"""A median with its min-max spread, the one way the benchmark and the studies report repeated runs."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from typing import Optional
+
+Spread = tuple[float, float, float]  # (median, min, max)
+
+
+def median_spread(values: Iterable[Optional[float]]) -> Optional[Spread]:
+    """The median, min and max of the values that are not None; None when none is."""
+    values = [v for v in values if v is not None]
+    return (statistics.median(values), min(values), max(values)) if values else None
+
+
+def fmt_spread(m: Optional[Spread], digits: int = 3) -> str:
+    """``median (min-max)``, or ``n/a``."""
+    return "n/a" if m is None else f"{m[0]:.{digits}f} ({m[1]:.{digits}f}-{m[2]:.{digits}f})"
