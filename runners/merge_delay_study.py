@@ -78,7 +78,7 @@ def report(runs: list[dict], out: Path, seconds: float | None) -> None:
     for model, runs_of in sorted(by.items()):
         curves = {k: train_loss_points(r["iterations"]) for k, r in runs_of.items()}
         target = max(points[-1][1] for points in curves.values())
-        lines += [f"## {model}", "", f"{_link_line(runs_of)} Target training loss {target:.4f}.", "",
+        lines += [f"## {model}", "", f"{_regime_line(runs_of)} {_link_line(runs_of)} Target training loss {target:.4f}.", "",
                   "| merge_delay | final train loss | x delay 0 | final eval loss | x delay 0 | iteration s | "
                   "time to target s | x delay 0 |", "|---|---|---|---|---|---|---|---|"]
         for delay in sorted({d for d, _ in runs_of}):
@@ -107,6 +107,22 @@ def report(runs: list[dict], out: Path, seconds: float | None) -> None:
         _divergence_plot(runs_of, out / f"{model}_divergence.png", model)
     write_text(str(out / "README.md"), "\n".join(lines) + "\n")
     write_csv(str(out / "merge_delay.csv"), rows, list(rows[0]))
+
+
+def _regime_line(runs_of: dict) -> str:
+    """Where the runs' ratios were measured: workers per core and the compute split (medians over
+    every run of the model; the step and the rest is the iteration less forward, backward and the
+    exposed wait).  This study measures quality; the delayed merge's iteration time against its bound
+    is make bench's to measure (results/bench, comm/backward 7)."""
+    runs = list(runs_of.values())
+    med = {k: statistics.median(r["summary"][k] for r in runs) for k in ("mean_forward", "mean_backward")}
+    rest = statistics.median(r["summary"]["mean_iteration_time"] - r["summary"]["mean_forward"]
+                             - r["summary"]["mean_backward"] - r["summary"]["mean_wait"] for r in runs)
+    workers = {(r["summary"]["workers"], r["hardware"]["cores"]) for r in runs}
+    return (", ".join(f"{w} workers on {c} cores" for w, c in sorted(workers)) + f"; forward "
+            f"{1e3 * med['mean_forward']:.1f} ms, backward {1e3 * med['mean_backward']:.1f} ms, step and the rest "
+            f"{1e3 * rest:.1f} ms (backward / forward {med['mean_backward'] / med['mean_forward']:.2f}, step / "
+            f"backward {rest / med['mean_backward']:.2f}); iteration times against their bounds: `make bench`.")
 
 
 def _link_line(runs_of: dict) -> str:

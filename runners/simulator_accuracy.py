@@ -90,7 +90,7 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
              f"Made by `python runners/simulator_accuracy.py {' '.join(argv)}`"
              + (f" ({seconds / 60:.0f} min on this host)" if seconds else "") + ". "
              "Per model and comm/backward ratio, a benchmark job runs every algorithm interleaved (2 workers, "
-             "one per core, H=10; one job per repetition, column rep; `--from-bench`: that ratio's jobs are "
+             "one per core, the compute presets, whose forward / backward / step split is results/bench/compute_split.md's, H=10; one job per repetition, column rep; `--from-bench`: that ratio's jobs are "
              "`make bench`'s own); the prediction of each run uses only that job's measurements: DreamDDP's per-unit "
              "profile, the nosync run's steady compute and every rank's spread of it (the simulator samples it: "
              "a sync point waits for the slowest rank), the recorded link (rate and measured alpha) and the run's "
