@@ -19,7 +19,7 @@ from dataclasses import fields, replace
 import numpy as np
 
 from dreamddp.algorithms import ALGORITHMS, Algorithm, algo_config
-from dreamddp.comm.cost import LinkModel, ring_factor
+from dreamddp.comm.cost import LinkModel, RealTransfer, ring_factor
 from dreamddp.engine.layout import UnitLayout
 from dreamddp.engine.plan import SyncOp
 from dreamddp.schedule.authors_model import modelled_times
@@ -130,9 +130,11 @@ def bind_to_profile(cfg, profile: Profile, layout: UnitLayout, link: LinkModel |
 def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str, list[int]] | None = None,
              runs: list[list[tuple[int, int]]] | None = None, delayed: list[list[tuple[int, int]]] | None = None,
              world: int = 2, link: LinkModel | None = None, iterations: int | None = None,
-             skew: Skew | None = None, carrier=None, **options) -> SimResult:
+             skew: Skew | None = None, carrier: RealTransfer | None = None, **options) -> SimResult:
     """Mean iteration time and exposed wait of ``algo`` (a name, or its Config) over
-    ``iterations`` (default: one H-window); ``options`` are its ``algo.*`` fields."""
+    ``iterations`` (default: one H-window); ``options`` are its ``algo.*`` fields.
+    ``carrier``: the real backend's transfer, for a run whose deferred carrier starts it at
+    the first wait (None: the link's times only)."""
     cfg = _config(algo, H, options)
     cls = ALGORITHMS.lookup(cfg.name)
     cls.check(cfg)
@@ -146,8 +148,9 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
         raise ValueError("profile has no nbytes: a modelled link needs per-unit bytes; use measured comm times")
     layout = layout_of(profile, world)
     bound = bind_to_profile(cfg, profile, layout, link, schedule, runs, delayed)
+    real = None if carrier is None else op_seconds(profile, layout, carrier)
     return simulate_plan(bound.plan, compute_of(profile), op_seconds(profile, layout, link), H=int(cfg.H),
-                         iterations=iterations, skew=skew, world=world, carrier=carrier)
+                         iterations=iterations, skew=skew, world=world, carrier=real)
 
 
 def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
@@ -161,8 +164,18 @@ def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
     return LinkModel(gbps, bw["latency_ms"] / 1e3, bw["calibration"], (link.get("alpha_ms") or 0.0) / 1e3)
 
 
+def record_carrier(record: Mapping) -> RealTransfer | None:
+    """The real transfer a run's waits exposed: its deferred carrier's, as measured at its
+    start-up (None for an eager carrier, or a record made before the probe)."""
+    link = record["extra"]["link"]
+    probed = link.get("real_transfer_ms")
+    if link.get("carrier") != "deferred" or not probed:
+        return None
+    return RealTransfer(((0, (link.get("alpha_ms") or 0.0) / 1e3), *((int(b), ms / 1e3) for b, ms in probed)))
+
+
 def simulate_record(profile: Profile, config: Mapping, *, world: int, link: LinkModel | None,
-                    plan: Mapping | None = None, skew: Skew | None = None, carrier=None,
+                    plan: Mapping | None = None, skew: Skew | None = None, carrier: RealTransfer | None = None,
                     iterations: int | None = None) -> SimResult:
     """Iterations of a run as it was configured (a run record's ``config``) on ``link``
     (None: the profile's measured comm times; ``record_link`` builds one from the record).

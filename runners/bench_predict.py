@@ -8,9 +8,11 @@ spread of compute time (its skew); each run's own record gives its link (rate,
 measured alpha) and its own plan (schedule, collectives, late merges).  The
 run being predicted contributes nothing else.
 
-- ``predict``: the simulator, skew sampled from the nosync ranks, over many windows;
+- ``predict``: the simulator, skew sampled from the nosync ranks, over many windows,
+  with the real transfer the run's deferred carrier exposes at its waits (as its
+  start-up probe measured it);
 - ``plan_bound``: the simulator on this run's own plan with no skew: the
-  iteration its plan takes when every rank computes alike;
+  iteration its plan takes when every rank computes alike (real transfer included);
 - ``structure_bound``: the least iteration any plan of the algorithm's kind
   could take on this profile and link (DreamDDP: the least exposed wait any
   assignment of units to iterations could leave, each unit's all-reduce
@@ -28,7 +30,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from dreamddp.prediction import record_link, simulate_record, skew_of
+from dreamddp.prediction import record_carrier, record_link, simulate_record, skew_of
 from dreamddp.run.summary import warmup_cut
 from dreamddp.schedule.cost import arrays
 from dreamddp.schedule.general import hiding_bound
@@ -68,7 +70,8 @@ def nosync_skew(segs: dict, profile: Profile, seed: int = 0):
 def _simulate(rec: dict, profile: Profile, skew, windows: int):
     algo = rec["config"]["algo"]
     return simulate_record(profile, rec["config"], world=rec["extra"]["world_size"], link=record_link(rec),
-                           plan=rec["extra"]["algorithm"], skew=skew, iterations=windows * int(algo["H"]))
+                           plan=rec["extra"]["algorithm"], skew=skew, carrier=record_carrier(rec),
+                           iterations=windows * int(algo["H"]))
 
 
 def predict(rec: dict, profile: Profile, skew) -> float:

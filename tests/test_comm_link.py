@@ -86,8 +86,10 @@ def test_emulated_link_latency():
     link.reset()
     assert link.reserve("reduce_scatter", MB, 4, now=0.0) == pytest.approx((0.0, 0.75e-3 + 3 * 5e-4))
     assert link.describe() == {
-        "backend": "emulated", "paced": True, "alpha_ms": 0.0, "gbps": 8.0, "latency_ms": 0.5, "calibration": 1.0
+        "backend": "emulated", "paced": True, "alpha_ms": 0.0, "gbps": 8.0, "latency_ms": 0.5, "calibration": 1.0,
+        "real_transfer_ms": None,  # not probed: alpha given
     }
+    assert link.real_transfer is None
 
 
 def test_emulated_link_rate_from_a_comm_backward_ratio_and_measured_alpha():
@@ -96,7 +98,9 @@ def test_emulated_link_rate_from_a_comm_backward_ratio_and_measured_alpha():
     assert link.needs_calibration
     with pytest.raises(RuntimeError, match="not calibrated yet"):
         link.reserve("all_reduce", MB, 2, now=0.0)
-    warm = SimpleNamespace(backward_time=lambda: 0.5, model_bytes=4 * MB, world=4, collective_alpha=lambda: 0.25)
+    probed = [(MB, 0.5), (4 * MB, 1.0)]
+    warm = SimpleNamespace(backward_time=lambda: 0.5, model_bytes=4 * MB, world=4, collective_alpha=lambda: 0.25,
+                           real_transfer=lambda: probed)
     info = link.calibrate(warm)
     # all-reduce of 4 MB on 4 workers sends 1.5 x 4 MB = 48 Mbit; 7 x 0.5 s -> 48e6 / 3.5 bit/s
     assert link.gbps == pytest.approx(48e6 / 3.5 / 1e9) == info["gbps"] and info["alpha_s"] == 0.25
@@ -104,11 +108,29 @@ def test_emulated_link_rate_from_a_comm_backward_ratio_and_measured_alpha():
     # every collective pays alpha on top of its bytes: 0.25 + 3.5 s
     assert link.reserve("all_reduce", 4 * MB, 4, now=0.0)[1] == pytest.approx(3.75)
     assert link.describe()["alpha_ms"] == 250.0
+    # the real backend's transfer by size: alpha at no bytes, then the probed sizes
+    assert link.describe()["real_transfer_ms"] == [[MB, 500.0], [4 * MB, 1000.0]]
+    assert link.real_transfer.points == ((0, 0.25), (MB, 0.5), (4 * MB, 1.0))
     fresh = EmulatedLink(None, comm_ratio=7.0)
     fresh.load_setup_state(link.setup_state())  # what a checkpoint keeps: no new measurement
     assert (fresh.gbps, fresh.alpha_s) == (link.gbps, 0.25) and not fresh.needs_calibration
-    fixed = EmulatedLink(8.0)  # a fixed rate still measures its alpha
-    assert fixed.needs_calibration and fixed.calibrate(warm) == {"alpha_s": 0.25}
+    assert fresh.real_transfer == link.real_transfer
+    fixed = EmulatedLink(8.0)  # a fixed rate still measures its alpha and the real transfer
+    assert fixed.needs_calibration and fixed.calibrate(warm) == {"alpha_s": 0.25, "real_transfer_s": probed}
+
+
+def test_real_transfer_interpolates_the_probed_sizes():
+    from dreamddp.comm.cost import RealTransfer
+
+    real = RealTransfer(((0, 1e-3), (MB, 2e-3), (4 * MB, 5e-3)))
+    assert real.seconds("all_reduce", MB // 2, 2) == pytest.approx(1.5e-3)
+    assert real.seconds("all_reduce", 2 * MB, 2) == pytest.approx(3e-3)
+    assert real.seconds("all_reduce", 7 * MB, 2) == pytest.approx(8e-3)  # beyond: the last segment's slope
+    # a reduce-scatter moves half an all-reduce's bytes: timed as the all-reduce of half as many
+    assert real.seconds("reduce_scatter", 4 * MB, 2) == pytest.approx(real.seconds("all_reduce", 2 * MB, 2))
+    assert real.seconds("all_reduce", MB, 1) == 0.0 and real.seconds("all_reduce", 0, 2) == 0.0
+    with pytest.raises(ValueError, match="increasing"):
+        RealTransfer(((MB, 1e-3), (MB, 2e-3)))
 
 
 def test_alpha_is_charged_once_per_collective():

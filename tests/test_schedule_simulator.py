@@ -93,6 +93,28 @@ def test_modelled_link():
     assert run("ssgd", p, world=1, link=LinkModel(1.0))[:2] == (6.75, 0.0)  # nobody to talk to
 
 
+def test_deferred_carrier_real_transfer():
+    """The real backend's transfer starts at the first wait (the deferred carrier), the
+    collectives queued since the last one after another, each done no earlier than it."""
+    from dreamddp.comm.cost import RealTransfer
+
+    p = tiny({"c": 4, "b": 1, "a": 2})
+    fast = dict(world=2, link=LinkModel(8e6))  # its deadlines pass at once: the real transfer is what waits
+    real = RealTransfer(((0, 0.0), (1, 1.0)))  # one second per byte
+    assert run("ssgd", p, **fast)[0] == pytest.approx(6.75)
+    flat = lambda r: [r[0], r[1], *(x for it in r[2] for x in it)]  # noqa: E731
+    assert flat(run("ssgd", p, carrier=real, **fast)) == pytest.approx([13.75, 7.0, *[13.75, 7.0] * 2])
+    # iteration 0: c launched at 1.5, its real transfer starts at the wait (6.5): 4 s;
+    # iteration 1: b and a both start at 6.5, one after another: b done at 7.5, a at 9.5
+    sched = {"c": [0], "b": [1], "a": [1]}
+    assert flat(run("dreamddp", p, schedule=sched, carrier=real, **fast)) == pytest.approx(
+        [10.25, 3.5, 10.75, 4.0, 9.75, 3.0])
+    # on a slow link the link's deadline is the later one: nothing changes
+    slow = dict(world=2, link=LinkModel(8e-9))
+    half = RealTransfer(((0, 0.0), (2, 1.0)))
+    assert run("ssgd", p, carrier=half, **slow) == run("ssgd", p, **slow) == (13.75, 7.0, [(13.75, 7.0)] * 2)
+
+
 def test_calibration_scales_bandwidth_term_only():
     p = tiny({"c": 4, "b": 1, "a": 2})
     assert run("ssgd", p, world=2, link=LinkModel(8e-9, latency_s=0.5, calibration=2.0))[:2] == (21.75, 15.0)

@@ -308,16 +308,17 @@ class Communicator:
         )
 
     # -- blocking control traffic: unpaced, unaccounted ---------------------
-    def probe_latency(self, like: torch.Tensor, repeats: int = 30, warmup: int = 5) -> float:
-        """Median seconds of one collective on the real backend: a one-element all-reduce
-        (AVG, as the algorithms launch it), unpaced and unaccounted, after a barrier."""
-        x = like.new_zeros(1)
+    def probe_latency(self, like: torch.Tensor, repeats: int = 30, warmup: int = 5, numel: int = 1) -> float:
+        """Median seconds of one collective on the real backend: an all-reduce of ``numel``
+        elements (AVG, as the algorithms launch it; one: its fixed cost), unpaced and
+        unaccounted, after a barrier."""
+        x = like.new_zeros(numel)
         unpaced = IdealLink()
         dist.barrier(group=self.group)
         times = []
         for i in range(warmup + repeats):
             t0 = time.perf_counter()
-            record = make_record("all_reduce", "probe", x.element_size(), self.world_size, unpaced)
+            record = make_record("all_reduce", "probe", x.numel() * x.element_size(), self.world_size, unpaced)
             work = dist.all_reduce(x, group=self.group, async_op=True)
             Handle(record, work, self._div_post(x, False), None, _device_sync(x)).wait()
             if i >= warmup:

@@ -83,3 +83,35 @@ class LinkModel:
         if world == 1:
             return 0.0
         return self.alpha_s + collective_time(kind, nbytes, world, self.gbps, self.latency_s, self.calibration)
+
+
+# The all-reduce sizes at which a paced link measures the real backend at start-up
+# (RealTransfer); the one-element all-reduce (alpha) is the first point.  Gloo's time is not
+# affine in the size (its algorithm changes with it), so a few sizes, interpolated.
+PROBE_BYTES = (256 * 1024, 1024 * 1024, 4 * 1024 * 1024, 16 * 1024 * 1024)
+
+
+@dataclass(frozen=True)
+class RealTransfer:
+    """What the real backend takes for one collective, by size, on the workers it was measured
+    with: piecewise linear through measured all-reduces (bytes, seconds), beyond the largest
+    along the last segment.  The deferred carrier (comm/carrier.py) runs the real transfer
+    when a worker first waits, so on a real host it can outlast a fast emulated link."""
+
+    points: tuple[tuple[int, float], ...]
+
+    def __post_init__(self) -> None:
+        if not self.points or any(b <= a for (a, _), (b, _) in zip(self.points, self.points[1:])):
+            raise ValueError(f"RealTransfer: points need increasing byte counts, got {self.points}")
+
+    def seconds(self, kind: str, nbytes: int, world: int) -> float:
+        if world == 1 or nbytes <= 0:
+            return 0.0
+        size = nbytes * ring_factor(kind, world) / ring_factor("all_reduce", world)  # all-reduce bytes alike
+        pts = self.points
+        if size <= pts[0][0] or len(pts) == 1:
+            return pts[0][1]
+        for (b0, s0), (b1, s1) in zip(pts, pts[1:]):
+            if size <= b1:
+                break
+        return max(0.0, s0 + (s1 - s0) * (size - b0) / (b1 - b0))

@@ -17,8 +17,11 @@ units) and walks, per iteration, the points the engine walks:
 Every collective queues on the worker's FIFO link (``start = max(link free,
 launch)``), as the emulated link paces it, and is done at the later of its
 link deadline and the moment the LAST rank launched it (a collective needs
-every rank; ``carrier`` adds the real backend's own transfer, started when
-the slowest rank reaches the wait, for an emulated run on a real host).
+every rank).  ``carrier`` adds the real backend's own transfer as the deferred
+carrier (comm/carrier.py) runs it under an emulated link on a real host: the
+collectives launched since the last flush start together, one after another,
+when the slowest rank first waits for any of them, and each is done no
+earlier than its real transfer.
 Ranks are simulated side by side: each draws its compute time per iteration
 from its own measured distribution (``Skew``: multiplicative factors on the
 profile), so a plan that synchronises every iteration pays, every iteration,
@@ -90,7 +93,7 @@ def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Calla
     """Time ``iterations`` (default: one window of ``H``) after a warm-up window of ``H``.
 
     ``duration(op)``: seconds the link takes for ``op``; ``carrier(op)``: seconds the
-    real backend takes once every rank waits for it (None: nothing beyond the link).
+    real backend takes for it under the deferred carrier (None: nothing beyond the link).
     Ranks: ``world`` when ``skew`` gives one sample set per rank, else one.
     """
     if not isinstance(H, int) or H < 1:
@@ -128,23 +131,44 @@ class _Ranks:
         self.c, self.duration, self.carrier = compute, duration, carrier
         self.clock = np.zeros(ranks)
         self.link = np.zeros(ranks)
-        self.due: dict[tuple[int, object], list[tuple[SyncOp, np.ndarray, np.ndarray]]] = {}
+        self.due: dict[tuple[int, object], list[tuple[SyncOp, np.ndarray, np.ndarray, int]]] = {}
         self.launched: list[SyncOp] = []
+        # the deferred carrier: launched ops whose real transfer has not started, and when
+        # each started one ends (the backend runs them one after another); by launch number,
+        # since a plan may hand out the same op object again before the first is done
+        self.launches = 0
+        self.queued: list[tuple[int, SyncOp]] = []
+        self.real_done: dict[int, float] = {}
+        self.real_free = -np.inf
 
     def launch(self, op: SyncOp, t: int, at: np.ndarray) -> None:
         start = np.maximum(self.link, at)
         self.link = start + self.duration(op)
         key = (t + op.lag, op.last if op.complete is When.BEFORE_FORWARD else op.complete)
         # done no earlier than its link deadline and than the last rank's launch
-        self.due.setdefault(key, []).append((op, self.link, np.full_like(at, at.max())))
+        self.launches += 1
+        self.due.setdefault(key, []).append((op, self.link, np.full_like(at, at.max()), self.launches))
         self.launched.append(op)
+        if self.carrier is not None:
+            self.queued.append((self.launches, op))
+
+    def flush(self) -> None:
+        """The first wait starts every queued real transfer, once the slowest rank is there."""
+        end = max(self.real_free, float(self.clock.max()))
+        for n, op in self.queued:
+            end += self.carrier(op)
+            self.real_done[n] = end
+        self.real_free, self.queued = end, []
 
     def wait(self, key) -> np.ndarray:
         waited = np.zeros_like(self.clock)
-        for op, deadline, everyone in self.due.pop(key, ()):
+        entries = self.due.pop(key, ())
+        if entries and self.queued:
+            self.flush()
+        for op, deadline, everyone, n in entries:
             done = np.maximum(deadline, everyone)
-            if self.carrier is not None:  # the real transfer starts once every rank waits for it
-                done = np.maximum(done, self.clock.max() + self.carrier(op))
+            if self.carrier is not None:
+                done = np.maximum(done, self.real_done.pop(n))
             w = np.maximum(0.0, done - self.clock)
             self.clock = self.clock + w
             waited += w
@@ -153,9 +177,10 @@ class _Ranks:
     def rebase(self) -> None:
         """Times relative to the earliest rank's clock, so long runs keep exact arithmetic."""
         zero = self.clock.min()
-        self.clock, self.link = self.clock - zero, self.link - zero
+        self.clock, self.link, self.real_free = self.clock - zero, self.link - zero, self.real_free - zero
+        self.real_done = {k: v - zero for k, v in self.real_done.items()}
         for key, entries in self.due.items():
-            self.due[key] = [(op, deadline - zero, everyone - zero) for op, deadline, everyone in entries]
+            self.due[key] = [(op, deadline - zero, everyone - zero, n) for op, deadline, everyone, n in entries]
 
     def iteration(self, plan: Plan, t: int, factor: np.ndarray):
         c = self.c

@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 
 from dreamddp.checks import at_least
+from dreamddp.comm.cost import PROBE_BYTES
 from dreamddp.schedule.profile import Profile
 from dreamddp.warmup.profiler import measure_profile
 
@@ -48,6 +49,15 @@ class Warmup:
         alpha = torch.tensor([self.comm.probe_latency(self.engine.units[0].params[0])], dtype=torch.float64)
         self.comm.all_reduce_max(alpha)
         return float(alpha)
+
+    def real_transfer(self) -> list[tuple[int, float]]:
+        """(bytes, seconds) of all-reduces of comm.cost.PROBE_BYTES on the real backend,
+        unpaced (all ranks agree: the slowest)."""
+        like = self.engine.units[0].params[0]
+        secs = torch.tensor([self.comm.probe_latency(like, repeats=5, warmup=1, numel=b // like.element_size())
+                             for b in PROBE_BYTES], dtype=torch.float64)
+        self.comm.all_reduce_max(secs)
+        return [(b // like.element_size() * like.element_size(), s) for b, s in zip(PROBE_BYTES, secs.tolist())]
 
     def backward_time(self) -> float:
         """Seconds of one backward pass (all ranks agree: the slowest sets it); no traffic."""

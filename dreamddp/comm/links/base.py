@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from dreamddp.checks import ConfigError, choice, positive
-from dreamddp.comm.cost import CARRIERS, LinkModel
+from dreamddp.comm.cost import CARRIERS, LinkModel, RealTransfer
 
 
 class Link:
@@ -90,6 +90,10 @@ class Link:
     def model(self) -> LinkModel | None:
         """The simulator's cost model of this link; None: the profile's measured times."""
         return None
+
+    # The real backend's time per collective by size, where the link measured it (a paced link,
+    # whose deferred carrier exposes it at a wait); None: the link's own times say it all.
+    real_transfer: RealTransfer | None = None
 
     @property
     def needs_calibration(self) -> bool:

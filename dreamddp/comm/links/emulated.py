@@ -22,7 +22,7 @@ import math
 import threading
 
 from dreamddp.checks import ConfigError, at_least, positive
-from dreamddp.comm.cost import LinkModel, ring_factor
+from dreamddp.comm.cost import LinkModel, RealTransfer, ring_factor
 from dreamddp.comm.links.base import Link
 from dreamddp.comm.links.registry import LINKS
 
@@ -40,6 +40,7 @@ class EmulatedLink(Link):
         self.calibration = float(calibration)
         self.comm_ratio = comm_ratio
         self.alpha_s = alpha_s  # None: measured by calibrate() at start-up
+        self._probed: list[tuple[int, float]] | None = None  # the real backend's all-reduces by size, ditto
         self._free_at = -math.inf
 
     @classmethod
@@ -85,8 +86,17 @@ class EmulatedLink(Link):
             self._free_at += dt
 
     def describe(self) -> dict:
+        probed = None if self._probed is None else [[b, s * 1e3] for b, s in self._probed]
         return {**super().describe(), "gbps": self._gbps, "latency_ms": self.latency_ms,
-                "calibration": self.calibration}
+                "calibration": self.calibration, "real_transfer_ms": probed}
+
+    @property
+    def real_transfer(self) -> RealTransfer | None:
+        """The real backend's time per collective by size (the one-element probe's alpha, then
+        the sizes probed at start-up): what the deferred carrier adds at a wait."""
+        if self._probed is None or self.alpha_s is None:
+            return None
+        return RealTransfer(((0, self.alpha_s), *self._probed))
 
     def model(self) -> LinkModel:
         return LinkModel(self._gbps, self.latency_ms / 1e3, self.calibration, self.alpha_s or 0.0)
@@ -113,6 +123,8 @@ class EmulatedLink(Link):
         """Measure alpha; with comm_ratio, set the rate so that the all-reduce of all
         parameters (bandwidth term) takes comm_ratio x the backward pass."""
         out = super().calibrate(warmup)
+        self._probed = warmup.real_transfer()
+        out["real_transfer_s"] = self._probed
         if self.comm_ratio is not None:
             backward = warmup.backward_time()
             nbytes, world = warmup.model_bytes, warmup.world
@@ -121,9 +133,11 @@ class EmulatedLink(Link):
         return out
 
     def setup_state(self) -> dict:
-        return {**super().setup_state(), "gbps": self._gbps}
+        return {**super().setup_state(), "gbps": self._gbps, "real_transfer_s": self._probed}
 
     def load_setup_state(self, state: dict) -> None:
         super().load_setup_state(state)
         if state.get("gbps") is not None:
             self._gbps = float(state["gbps"])
+        if state.get("real_transfer_s") is not None:
+            self._probed = [(int(b), float(s)) for b, s in state["real_transfer_s"]]
