@@ -12,7 +12,8 @@ run being predicted contributes nothing else.
   with the real transfer the run's deferred carrier exposes at its waits (as its
   start-up probe measured it);
 - ``plan_bound``: the simulator on this run's own plan with no skew: the
-  iteration its plan takes when every rank computes alike (real transfer included);
+  iteration its plan takes when every rank computes alike, on the modelled link
+  alone (``real=True``: with the real transfer as ``predict`` has it);
 - ``structure_bound``: the least iteration any plan of the algorithm's kind
   could take on this profile and link (DreamDDP: the least exposed wait any
   assignment of units to iterations could leave, each unit's all-reduce
@@ -67,19 +68,19 @@ def nosync_skew(segs: dict, profile: Profile, seed: int = 0):
     return skew_of([r["quantiles"] for r in by_rank], profile, seed) if len(by_rank) > 1 else None
 
 
-def _simulate(rec: dict, profile: Profile, skew, windows: int):
+def _simulate(rec: dict, profile: Profile, skew, windows: int, real: bool):
     algo = rec["config"]["algo"]
     return simulate_record(profile, rec["config"], world=rec["extra"]["world_size"], link=record_link(rec),
-                           plan=rec["extra"]["algorithm"], skew=skew, carrier=record_carrier(rec),
+                           plan=rec["extra"]["algorithm"], skew=skew, carrier=record_carrier(rec) if real else None,
                            iterations=windows * int(algo["H"]))
 
 
 def predict(rec: dict, profile: Profile, skew) -> float:
-    return _simulate(rec, profile, skew, WINDOWS).mean_iter
+    return _simulate(rec, profile, skew, WINDOWS, real=True).mean_iter
 
 
-def plan_bound(rec: dict, profile: Profile) -> float:
-    return _simulate(rec, profile, None, 1).mean_iter
+def plan_bound(rec: dict, profile: Profile, real: bool = False) -> float:
+    return _simulate(rec, profile, None, 1, real).mean_iter
 
 
 def compute_time(profile: Profile) -> float:

@@ -19,7 +19,7 @@ import bench_predict as bp
 from bench_targets import targets
 
 from dreamddp.atomic import write_csv, write_text
-from dreamddp.prediction import record_link
+from dreamddp.prediction import record_carrier, record_link
 from dreamddp.results.spread import fmt_spread, median_spread
 from dreamddp.results.target import time_to_target, train_loss_points
 from dreamddp.schedule.authors_model import modelled_times
@@ -108,11 +108,12 @@ def per_rep(reps: dict) -> dict:
             rec = segs.get(label)
             if rec is None:
                 continue
-            row = {"rep": r, "measured": _t(rec), "late": lateness(rec)}
+            row = {"rep": r, "measured": _t(rec), "late": lateness(rec), "probed": record_carrier(rec) is not None}
             if REFERENCE in segs:
                 row["x_dreamddp"] = _t(rec) / _t(segs[REFERENCE])
             if profile is not None:
                 row.update(predicted=bp.predict(rec, profile, skew), plan_bound=bp.plan_bound(rec, profile),
+                           plan_real=bp.plan_bound(rec, profile, real=True),
                            bound=bp.structure_bound(label, rec, profile), compute=bp.compute_time(profile),
                            longest_unit=bp.longest_unit(rec, profile))
             out.setdefault(label, []).append(row)
@@ -193,10 +194,11 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
         row = {"model": model, "algorithm": label, "iteration_s": col("measured"), "x_dreamddp": col("x_dreamddp"),
                "paper_x_dreamddp": paper.get(label), "authors_model_x_dreamddp": ours_authors.get(label),
                "bound_s": col("bound"), "bound_over_measured": ratio("bound"),
-               "plan_over_measured": ratio("plan_bound"), "predicted_over_measured": ratio("predicted"),
+               "plan_over_measured": ratio("plan_bound"), "plan_real_over_measured": ratio("plan_real"),
+               "predicted_over_measured": ratio("predicted"),
                "late_ms": median_spread([1e3 * s["late"] for s in st if s.get("late") is not None]),
                "time_to_target_s": median_spread(ttt.get(label, [])), "ttt_x_dreamddp": median_spread(ttt_ratio.get(label, [])),
-               "compute_s": col("compute")}
+               "compute_s": col("compute"), "probed": all(s["probed"] for s in st)}
         rows.append(row)
         units = [s["longest_unit"] for s in st if s.get("longest_unit")]
         judged[label] = {**row, "longest_unit": units and (units[0][0], *(statistics.median(u[k] for u in units)
@@ -288,7 +290,9 @@ _READING = """## How to read it
   *plan, no skew*: the same for the plan the run actually ran (its schedule).
 - *predicted*: the simulator (dreamddp/schedule/simulator.py) on the job's own measurements: the
   DreamDDP segment's per-unit profile, the nosync segment's steady compute and every rank's spread
-  of it (sampled: a sync point waits for the slowest rank), the link as recorded, the run's plan.
+  of it (sampled: a sync point waits for the slowest rank), the link as recorded, the run's plan,
+  and the real transfer its deferred carrier runs at the first wait (gloo's all-reduces probed at
+  the run's start-up, `extra.link.real_transfer_ms`).
 - Runs are interleaved one H-window at a time inside each job, so every algorithm samples the
   same slow and fast spells of the host; the link's clock of the runs not training is paused.
 - *waited beyond the link model*: in the sampled iterations, how long after its modelled deadline

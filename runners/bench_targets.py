@@ -25,11 +25,18 @@ def _reason(row: dict) -> str:
         plan, bound = measured * row["plan_over_measured"][0], measured * row["bound_over_measured"][0]
         if plan - bound > 0.005 * measured:
             parts.append(f"its plan leaves {1e3 * (plan - bound):.1f} ms more wait than the best plan")
+        if row["plan_real_over_measured"]:
+            real = measured * row["plan_real_over_measured"][0]
+            if real - plan > 0.005 * measured:
+                parts.append(f"the real transfer at the waits adds {1e3 * (real - plan):.1f} ms (predicted from its "
+                             f"start-up probe)")
+            plan = real
         if row["predicted_over_measured"]:
             pred = measured * row["predicted_over_measured"][0]
             parts.append(f"the ranks' skew adds {1e3 * (pred - plan):.1f} ms (predicted)")
-            parts.append(f"{1e3 * (measured - pred):+.1f} ms are beyond the model (the backend's own transfer at "
-                         f"the wait, per-op work the profile lacks)")
+            parts.append(f"{1e3 * (measured - pred):+.1f} ms are beyond the model (per-op work the profile lacks"
+                         + ("" if row.get("probed") else "; the backend's own transfer at the wait, not probed "
+                                                         "at this run's start-up") + ")")
     return "; ".join(parts)
 
 

@@ -31,7 +31,11 @@ def test_dreamddp_run_records_prediction_close_to_measurement(tmp_path, schedule
     assert len(groups) == 5 and all(groups)  # at least one unit per iteration
     n_units = len(rec["extra"]["units"])
     assert sorted({u for g in groups for u in g}) == list(range(n_units))
-    assert rec["extra"]["link"]["alpha_ms"] > 0  # the one-collective cost, measured at start-up
+    link = rec["extra"]["link"]
+    assert link["alpha_ms"] > 0  # the one-collective cost, measured at start-up
+    # and the real backend's all-reduces by size, which the deferred carrier exposes at a wait
+    assert link["carrier"] == "deferred" and [b for b, _ in link["real_transfer_ms"]] == [256 * 1024, 1 << 20, 4 << 20, 16 << 20]
+    assert all(ms > 0 for _, ms in link["real_transfer_ms"])
     assert rec["extra"]["schedule"]["source"] == f"profiled ({scheduler})"
     if scheduler == "general":  # every unit exactly once per window, as the collectives say
         runs = rec["extra"]["algorithm"].get("runs") or [[[u, u] for u in g] for g in groups]

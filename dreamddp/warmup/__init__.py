@@ -50,9 +50,12 @@ class Warmup:
         self.comm.all_reduce_max(alpha)
         return float(alpha)
 
-    def real_transfer(self) -> list[tuple[int, float]]:
+    def real_transfer(self) -> list[tuple[int, float]] | None:
         """(bytes, seconds) of all-reduces of comm.cost.PROBE_BYTES on the real backend,
-        unpaced (all ranks agree: the slowest)."""
+        unpaced (all ranks agree: the slowest); None unless the deferred carrier will expose
+        that transfer at the waits (an eager one runs it behind the link's pacing)."""
+        if self.comm.carrier != "deferred":
+            return None
         like = self.engine.units[0].params[0]
         secs = torch.tensor([self.comm.probe_latency(like, repeats=5, warmup=1, numel=b // like.element_size())
                              for b in PROBE_BYTES], dtype=torch.float64)
