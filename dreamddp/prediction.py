@@ -171,7 +171,7 @@ def record_carrier(record: Mapping) -> RealTransfer | None:
     probed = link.get("real_transfer_ms")
     if link.get("carrier") != "deferred" or not probed:
         return None
-    return RealTransfer(((0, (link.get("alpha_ms") or 0.0) / 1e3), *((int(b), ms / 1e3) for b, ms in probed)))
+    return RealTransfer.probed((link.get("alpha_ms") or 0.0) / 1e3, [(b, ms / 1e3) for b, ms in probed])
 
 
 def simulate_record(profile: Profile, config: Mapping, *, world: int, link: LinkModel | None,

@@ -104,6 +104,12 @@ class RealTransfer:
         if not self.points or any(b <= a for (a, _), (b, _) in zip(self.points, self.points[1:])):
             raise ValueError(f"RealTransfer: points need increasing byte counts, got {self.points}")
 
+    @classmethod
+    def probed(cls, alpha_s: float, sizes: "list[tuple[int, float]]") -> "RealTransfer":
+        """From start-up measurements: the one-element all-reduce (alpha) at no bytes, then the
+        (bytes, seconds) of the PROBE_BYTES all-reduces."""
+        return cls(((0, alpha_s), *((int(b), float(s)) for b, s in sizes)))
+
     def seconds(self, kind: str, nbytes: int, world: int) -> float:
         if world == 1 or nbytes <= 0:
             return 0.0

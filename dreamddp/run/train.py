@@ -253,15 +253,14 @@ class Run:
     def _predict(self, profile) -> dict:
         """The simulator on this run's start-up profile and its plan: mean iteration time and
         exposed wait, and the expected time of each position of the window (the ranks' skew
-        sampled from their start-up passes, over many windows; the deferred carrier's real
-        transfer as probed at start-up)."""
+        sampled from their start-up passes, over many windows; the real transfer the deferred
+        carrier exposes, which the link probed at start-up only under that carrier)."""
         link = self.link.model()
         plan = self.algorithm.describe()
         H = int(self.cfg.algo.H)
-        carrier = self.link.real_transfer if self.comm.carrier == "deferred" else None
         res = simulate_record(profile, OmegaConf.to_container(self.cfg, resolve=True), world=self.ctx.world_size,
                               link=link, plan=plan, skew=skew_of(profile.meta.get("compute_by_rank"), profile),
-                              carrier=carrier, iterations=PREDICTED_WINDOWS * H)
+                              carrier=self.link.real_transfer, iterations=PREDICTED_WINDOWS * H)
         per_position = [statistics.fmean(it for it, _ in res.per_iter[p::H]) for p in range(H)]
         return {"mean_iteration_time": res.mean_iter, "mean_wait": res.mean_wait, "per_position": per_position,
                 "link": "modelled" if link else "measured", "skew": "start-up passes"}

@@ -96,7 +96,7 @@ class EmulatedLink(Link):
         the sizes probed at start-up): what the deferred carrier adds at a wait."""
         if self._probed is None or self.alpha_s is None:
             return None
-        return RealTransfer(((0, self.alpha_s), *self._probed))
+        return RealTransfer.probed(self.alpha_s, self._probed)
 
     def model(self) -> LinkModel:
         return LinkModel(self._gbps, self.latency_ms / 1e3, self.calibration, self.alpha_s or 0.0)
