@@ -181,3 +181,21 @@ def test_resumed_with_averages_in_flight_ends_where_the_uninterrupted_run_does(t
         name = f"rank{rank:05d}.pt"
         diff = _differences(step_dir(tmp_path / "a", 6) / name, step_dir(tmp_path / "b", 6) / name)
         assert diff == [], f"rank {rank}: {diff[:8]}"
+
+
+def test_delay_one_copies_into_one_buffer_made_once():
+    """merge_delay=1: every launch copies into one buffer, allocated at the first launch, the
+    size of the largest iteration's late units (no allocation per step, none left to the
+    backend's thread to free)."""
+    setup = {"schedule": {"H": H, "schedule": SCHEDULE, "delayed": [[list(r) for r in its] for its in LATE]}}
+    m = small_model()
+    algo = build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=1), setup)
+    engine = PartialSyncEngine(m, enumerate_units(m), FakeCommunicator(world_size=2, peer_fn=peer), algo)
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    storages = set()
+    for t in range(2 * H):
+        engine_step(engine, m, opt, t)
+        storages |= {buf.untyped_storage().data_ptr() for buf, snapshot in algo.late.values()}
+        assert all(snapshot is None for _, snapshot in algo.late.values())
+    sizes = [sum(engine.tensor(op).numel() for op in algo.plan(h) if op.lag) for h in range(H)]
+    assert len(storages) == 1 and algo._arena.numel() == max(sizes) > min(s for s in sizes if s)
