@@ -115,7 +115,9 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
     ranks = ranking(rows)
     lines = ["# Simulator accuracy: predicted vs measured iteration time", "",
              f"Made by `python runners/simulator_accuracy.py {' '.join(argv)}`"
-             + (f" ({seconds / 60:.0f} min on this host)" if seconds else "") + ". "
+             + (f" ({seconds / 60:.0f} min on this host" + (" for the jobs it ran; `--resume` kept the ones "
+                                                             "completed before with the same code" if "--resume" in argv
+                                                             else "") + ")" if seconds else "") + ". "
              "Per model and comm/backward ratio, a benchmark job runs every algorithm interleaved (2 workers, "
              "one per core, the compute presets, whose forward / backward / step split is results/bench/compute_split.md's, H=10; one job per repetition, column rep; `--from-bench`: that ratio's jobs are "
              "`make bench`'s own); the prediction of each run uses only that job's measurements: DreamDDP's per-unit "
