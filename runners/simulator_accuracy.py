@@ -50,6 +50,8 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                 continue
             skew = bp.nosync_skew(segs, profile)
             nosync_backward = _backward(segs[bp.NOSYNC])
+            # plain@ideal is the job's other compute-only run: how far the reference itself drifted
+            plain_backward = _backward(segs["plain@ideal"]) if "plain@ideal" in segs else None
             for label in bench_report.TIMED:
                 rec = segs.get(label)
                 if rec is None:
@@ -62,7 +64,8 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                             "no_skew_s": bp.plan_bound(rec, profile, real=True),
                             "link_only_s": bp.plan_bound(rec, profile), "in_run_s": in_run,
                             "late_ms": None if (late := bench_report.lateness(rec)) is None else 1e3 * late,
-                            "backward_x_nosync": _backward(rec) / nosync_backward})
+                            "backward_x_nosync": _backward(rec) / nosync_backward,
+                            "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward})
     return out
 
 
@@ -86,7 +89,22 @@ def _compute_line(rows: list[dict]) -> str:
             f"their backward pass (no waits in it) took more than {SLOW:.0%} longer than nosync's in the same job "
             f"({', '.join(f'{a} {n}' for a, n in sorted(counts.items(), key=lambda an: (-an[1], an[0])))} of "
             f"{len(rows) // len({r['algorithm'] for r in rows})} configurations). Their median error is "
-            f"{med(slow):+.1%}, against {med(rest):+.1%} for the other {len(rest)} runs: column *backward x nosync*.")
+            f"{med(slow):+.1%}, against {med(rest):+.1%} for the other {len(rest)} runs: column *backward x nosync*."
+            + _reference_drift(rows))
+
+
+def _reference_drift(rows: list[dict]) -> str:
+    """Configurations whose compute reference (nosync) itself ran slower than the job's other
+    compute-only run (plain): every prediction in them is too high by about as much."""
+    drift = {(r["model"], r["ratio"], r["rep"]): r["nosync_x_plain"] for r in rows if r["nosync_x_plain"]}
+    off = {k: v for k, v in drift.items() if v > 1 + SLOW}
+    if not off:
+        return ""
+    errs = lambda k: statistics.median(r["error"] for r in rows if (r["model"], r["ratio"], r["rep"]) == k)  # noqa: E731
+    return (" The reference drifts too: in " + "; ".join(
+        f"{m} at comm/backward {ratio:g} (rep {rep}) nosync's backward ran {v - 1:+.1%} over plain's (the job's other "
+        f"compute-only run), and the median error there is {errs((m, ratio, rep)):+.1%}"
+        for (m, ratio, rep), v in sorted(off.items())) + ".")
 
 
 def _quantile(values: list[float], q: float) -> float:
