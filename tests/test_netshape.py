@@ -133,10 +133,13 @@ def _owner_script(prefix: str) -> list[str]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_owner_killed_by_signal_leaves_nothing(sig):
     prefix = f"ddptsig{int(sig)}"
-    proc = subprocess.Popen(_owner_script(prefix), stdout=subprocess.PIPE, text=True)
+    # SIGINT's default restored for the owner: a test run started in the background (``make test &``)
+    # hands its children SIGINT ignored, which Python then keeps ignoring (it sat out its 60 s sleep)
+    proc = subprocess.Popen(_owner_script(prefix), stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "ready" and _ours(prefix)
     proc.send_signal(sig)
-    rc = proc.wait(timeout=60)  # tearing the namespaces down took over 20 s once, late in a loaded full run
+    rc = proc.wait(timeout=30)
     if sig == signal.SIGKILL:  # no handler can run: the reaper cleans up
         assert _wait_gone(prefix) == []
     else:  # the handlers cleaned up before the process died, then re-raised
