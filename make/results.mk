@@ -18,7 +18,7 @@ RUNS ?= $(RESULTS)/runs
 
 BENCH_ARGS ?=
 
-bench: venv ## every algorithm side by side in the compute regime, 2 workers (one per core), 3 repetitions -> results/bench/README.md (~45 min)
+bench: venv ## every algorithm side by side in the compute regime, 2 workers (one per core), 3 repetitions -> results/bench/README.md (~40 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/bench.py $(BENCH_ARGS)
 
 bench-skew: venv ## the same with 4 workers on 2 cores, small presets: what the workers' skew costs -> results/bench_skew/README.md (~30 min)
