@@ -47,6 +47,11 @@ def timed(rec: dict) -> list[dict]:
     return rows[warmup_cut(len(rows)):]
 
 
+def timed_mean(rec: dict, field: str) -> float:
+    """Mean of one per-iteration field (forward, backward, ...) over the run's timed iterations."""
+    return statistics.fmean(r[field] for r in timed(rec))
+
+
 def steady_profile(segs: dict) -> Profile | None:
     """DreamDDP's per-unit profile with forward, backward and step set to the nosync run's
     steady state (medians over its timed iterations)."""
@@ -54,8 +59,7 @@ def steady_profile(segs: dict) -> Profile | None:
         return None
     profile = load_profile(os.path.join(segs[REFERENCE]["_dir"], "profile"))
     rows = timed(segs[NOSYNC])
-    fwd = statistics.fmean(r["forward"] for r in rows)
-    bwd = statistics.fmean(r["backward"] for r in rows)
+    fwd, bwd = timed_mean(segs[NOSYNC], "forward"), timed_mean(segs[NOSYNC], "backward")
     rest = statistics.fmean(r["time"] - r["wait"] - r["forward"] - r["backward"] for r in rows)
     fs, bs = fwd / sum(profile.fwd.values()), bwd / sum(profile.bp.values())
     return replace(profile, fwd={u: v * fs for u, v in profile.fwd.items()},

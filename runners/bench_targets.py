@@ -58,7 +58,7 @@ def targets(judged: dict, args: dict) -> list[str]:
                 m = rows.get(num, {}).get("x_dreamddp")
                 line(f"{num} / dreamddp >= {goal} ({model})", fmt_spread(m, 2), m is not None and m[0] >= goal)
                 if m is not None and m[0] < goal:
-                    reasons.append(_ratio_reason(model, j, num, goal))
+                    reasons.append(_ratio_reason(model, j, num))
             m = ratio_in_reps(j, "dreamddp+delay", "dreamddp")
             n = ratio_in_reps(j, "dreamddp+delay", "dreamddp+overlap")
             line(f"dreamddp+delay <= min(dreamddp, dreamddp+overlap) ({model})",
@@ -84,9 +84,7 @@ def targets(judged: dict, args: dict) -> list[str]:
                  m is not None and m[0] >= 1.10)
         missed = [(label, r) for label, r in rows.items()
                   if r["bound_over_measured"] and r["bound_over_measured"][0] < 1 - WITHIN]
-        bound_reasons += [f"- {model} {label}: {r['iteration_s'][0] * 1e3:.1f} ms measured, bound "
-                          f"{r['bound_s'][0] * 1e3:.1f} ms: {_reason(r)}." for label, r in missed
-                          if (model, label) not in explained]
+        bound_reasons += [_bound_line(model, label, r) + "." for label, r in missed if (model, label) not in explained]
         line(f"every algorithm within {WITHIN:.0%} of its bound ({model})",
              "all" if not missed else "missed: " + ", ".join(f"{lb} {r['bound_over_measured'][0]:.2f}" for lb, r in missed),
              not missed)
@@ -113,12 +111,16 @@ def _ceiling_reason(model: str, j: dict, nosync: float) -> str:
             f"over that bound.")
 
 
+def _bound_line(model: str, label: str, row: dict) -> str:
+    return (f"- {model} {label}: {1e3 * row['iteration_s'][0]:.1f} ms measured, bound {1e3 * row['bound_s'][0]:.1f} ms: "
+            f"{_reason(row)}")
+
+
 def _dreamddp_reason(model: str, j: dict) -> str:
     """Why DreamDDP (the paper's scheduler) stays more than 3% above its bound, and how close the
     general scheduler, which searches the simulated window with the forward pass in it, comes."""
     row = j["rows"]["dreamddp"]
-    text = (f"- {model} dreamddp against its bound: {1e3 * row['iteration_s'][0]:.1f} ms measured, bound "
-            f"{1e3 * row['bound_s'][0]:.1f} ms: {_reason(row)}")
+    text = _bound_line(model, "dreamddp against its bound", row)
     general = j["rows"].get("dreamddp+general")
     if general and general["iteration_s"]:
         text += (f". The paper's scheduler picks its plan on the authors' cost model, which leaves the forward pass "
@@ -128,8 +130,8 @@ def _dreamddp_reason(model: str, j: dict) -> str:
     return text + "."
 
 
-def _ratio_reason(model: str, j: dict, num: str, goal: float) -> str:
-    """Why ``num`` / DreamDDP stays under ``goal``: what the two bounds allow on this profile, how
+def _ratio_reason(model: str, j: dict, num: str) -> str:
+    """Why ``num`` / DreamDDP stays under its target: what the two bounds allow on this profile, how
     close each algorithm came to its own, and the ratio in each repetition."""
     a, d = j["rows"][num], j["rows"]["dreamddp"]
     reps = sorted(set(a["measured_by_rep"]) & set(d["measured_by_rep"]))

@@ -49,9 +49,9 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             if profile is None:
                 continue
             skew = bp.nosync_skew(segs, profile)
-            nosync_backward = _backward(segs[bp.NOSYNC])
+            nosync_backward = bp.timed_mean(segs[bp.NOSYNC], "backward")
             # plain@ideal is the job's other compute-only run: how far the reference itself drifted
-            plain_backward = _backward(segs["plain@ideal"]) if "plain@ideal" in segs else None
+            plain_backward = bp.timed_mean(segs["plain@ideal"], "backward") if "plain@ideal" in segs else None
             for label in bench_report.TIMED:
                 rec = segs.get(label)
                 if rec is None:
@@ -64,14 +64,9 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                             "no_skew_s": bp.plan_bound(rec, profile, real=True),
                             "link_only_s": bp.plan_bound(rec, profile), "in_run_s": in_run,
                             "late_ms": None if (late := bench_report.lateness(rec)) is None else 1e3 * late,
-                            "backward_x_nosync": _backward(rec) / nosync_backward,
+                            "backward_x_nosync": bp.timed_mean(rec, "backward") / nosync_backward,
                             "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward})
     return out
-
-
-def _backward(rec: dict) -> float:
-    """Mean backward pass over the run's timed iterations (no communication waits in it)."""
-    return statistics.fmean(r["backward"] for r in bp.timed(rec))
 
 
 SLOW = 0.03  # a run's backward this much over nosync's in the same job: its compute ran slower

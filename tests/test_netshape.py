@@ -139,7 +139,7 @@ def test_owner_killed_by_signal_leaves_nothing(sig):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "ready" and _ours(prefix)
     proc.send_signal(sig)
-    rc = proc.wait(timeout=30)
+    rc = proc.wait(timeout=20)
     if sig == signal.SIGKILL:  # no handler can run: the reaper cleans up
         assert _wait_gone(prefix) == []
     else:  # the handlers cleaned up before the process died, then re-raised
