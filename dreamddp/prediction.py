@@ -19,6 +19,7 @@ from dataclasses import fields, replace
 import numpy as np
 
 from dreamddp.algorithms import ALGORITHMS, Algorithm, algo_config
+from dreamddp.comm.carry import Slot, carried
 from dreamddp.comm.cost import LinkModel, RealTransfer, ring_factor
 from dreamddp.engine.layout import UnitLayout
 from dreamddp.engine.plan import SyncOp
@@ -78,6 +79,20 @@ def op_seconds(profile: Profile, layout: UnitLayout, link: LinkModel | None):
         return measured * op.scale * ring_factor(op.collective, world) / ring_factor("all_reduce", world)
 
     return seconds
+
+
+def carried_seconds(algo: Algorithm, layout: UnitLayout, real: RealTransfer):
+    """The simulator's deferred carrier: the real collectives a wait starts for the queued ops,
+    grouped as the engine's carrier groups them (comm/carry.py, on where the algorithm puts
+    each payload), each taking the real backend's time for its bytes."""
+
+    def carry(queued: list[tuple[int, SyncOp]]) -> list[tuple[list[int], float]]:
+        slots = [Slot(op.collective, *algo.payload_place(op, t, layout),
+                      int(sum(layout.nbytes[u] for u in op.units) * op.scale)) for t, op in queued]
+        return [([i for run in r.runs for i in run],
+                 real.seconds(slots[r.runs[0][0]].kind, r.nbytes(slots), layout.world)) for r in carried(slots)]
+
+    return carry
 
 
 def planning_profile(profile: Profile, layout: UnitLayout, link: LinkModel | None) -> Profile:
@@ -148,7 +163,7 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
         raise ValueError("profile has no nbytes: a modelled link needs per-unit bytes; use measured comm times")
     layout = layout_of(profile, world)
     bound = bind_to_profile(cfg, profile, layout, link, schedule, runs, delayed)
-    real = None if carrier is None else op_seconds(profile, layout, carrier)
+    real = None if carrier is None else carried_seconds(bound, layout, carrier)
     return simulate_plan(bound.plan, compute_of(profile), op_seconds(profile, layout, link), H=int(cfg.H),
                          iterations=iterations, skew=skew, world=world, carrier=real)
 

@@ -11,6 +11,7 @@ run being predicted contributes nothing else.
 - ``predict``: the simulator, skew sampled from the nosync ranks, over many windows,
   with the real transfer the run's deferred carrier exposes at its waits (as its
   start-up probe measured it);
+- ``own_compute``: the profile charged the run's own compute instead (a diagnostic);
 - ``plan_bound``: the simulator on this run's own plan with no skew: the
   iteration its plan takes when every rank computes alike, on the modelled link
   alone (``real=True``: with the real transfer as ``predict`` has it);
@@ -35,7 +36,7 @@ from dreamddp.prediction import record_carrier, record_link, simulate_record, sk
 from dreamddp.run.summary import warmup_cut
 from dreamddp.schedule.cost import arrays
 from dreamddp.schedule.general import hiding_bound
-from dreamddp.schedule.profile import Profile, load_profile
+from dreamddp.schedule.profile import Profile, load_profile, scaled
 
 REFERENCE = "dreamddp"  # the segment whose start-up profile gives the per-unit shares
 NOSYNC = "nosync@ideal"  # the segment whose steady state gives compute and skew
@@ -64,6 +65,16 @@ def steady_profile(segs: dict) -> Profile | None:
     fs, bs = fwd / sum(profile.fwd.values()), bwd / sum(profile.bp.values())
     return replace(profile, fwd={u: v * fs for u, v in profile.fwd.items()},
                    bp={u: v * bs for u, v in profile.bp.items()}, step_time=rest)
+
+
+def own_compute(rec: dict, profile: Profile) -> Profile:
+    """``profile`` with every compute time scaled to the run's own: its iteration less its
+    waits, over its timed iterations.  A diagnostic, not a prediction: it takes the one thing
+    a prediction must not (the run's own compute) to show what is left, the communication
+    model's error."""
+    own = statistics.fmean(r["time"] - r["wait"] for r in timed(rec))
+    k = own / compute_time(profile)
+    return replace(scaled(profile, bp=k), step_time=profile.step_time * k)
 
 
 def nosync_skew(segs: dict, profile: Profile, seed: int = 0):

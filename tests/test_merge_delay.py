@@ -199,3 +199,26 @@ def test_delay_one_copies_into_one_buffer_made_once():
         assert all(snapshot is None for _, snapshot in algo.late.values())
     sizes = [sum(engine.tensor(op).numel() for op in algo.plan(h) if op.lag) for h in range(H)]
     assert len(storages) == 1 and algo._arena.numel() == max(sizes) > min(s for s in sizes if s)
+
+
+def test_payload_place_names_the_memory_the_engine_uses():
+    """The simulator groups a wait's collectives by ``payload_place`` as the carrier groups the
+    engine's tensors: in place, the unit's slice of the flat parameters; merged late with d = 1,
+    its place in the one buffer of late copies."""
+    setup = {"schedule": {"H": H, "schedule": SCHEDULE, "delayed": [[list(r) for r in its] for its in LATE]}}
+    m = small_model()
+    algo = build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=1), setup)
+    engine = PartialSyncEngine(m, enumerate_units(m), FakeCommunicator(world_size=2, peer_fn=peer), algo)
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    storage = lambda x: x.untyped_storage().data_ptr()  # noqa: E731
+    seen = set()
+    for t in range(2 * H):
+        engine_step(engine, m, opt, t)
+        for op in algo.plan(t):
+            buffer, offset = algo.payload_place(op, t, engine.layout)
+            real = algo.late[op][0] if op in algo.late else engine.tensor(op)
+            assert offset == real.storage_offset() * real.element_size()
+            expected = algo._arena if op in algo.late else engine.flat.params
+            assert storage(real) == storage(expected)
+            seen.add(buffer)
+    assert seen == {"params", "late copies"}

@@ -136,3 +136,22 @@ def test_bad_input(kw, msg):
     algo = kw.pop("algo", "dreamddp")
     with pytest.raises(ValueError, match=msg):
         simulate(algo, tiny(), **{"H": 2, **kw})
+
+
+def test_deferred_carrier_groups_as_the_engines_carrier():
+    """At a wait the simulator starts the real collectives the carrier would (comm/carry.py):
+    adjacent slices of one buffer go as one.  Units of 100 kB (too big to pack), a link whose
+    deadlines pass at once and a real backend that takes 1 s per collective whatever its size."""
+    from dreamddp.comm.cost import RealTransfer
+
+    p = tiny({"c": 100_000, "b": 100_000, "a": 100_000})
+    real = RealTransfer(((0, 1.0), (300_000, 1.0)))
+    fast = dict(world=2, link=LinkModel(8e6), carrier=real)
+    # c and b are neighbours in the flat buffer: one real collective at the end of backward
+    assert run("dreamddp", p, schedule={"c": [0], "b": [0], "a": [1]}, **fast)[:2] == pytest.approx((7.75, 1.0))
+    # c and a are not (b lies between): two, one after another
+    assert run("dreamddp", p, schedule={"c": [0], "a": [0], "b": [1]}, **fast)[:2] == pytest.approx((8.25, 1.5))
+    # merged late (merge_delay=1), c and a are copied side by side into one buffer after the
+    # step: at iteration 1's wait they go as one, then b's in place: 2 s, and iteration 0 waits for nothing
+    late = dict(schedule={"c": [0], "a": [0], "b": [1]}, delayed=[[(0, 0), (2, 2)], []], merge_delay=1)
+    assert run("dreamddp", p, **late, **fast)[:2] == pytest.approx((7.75, 1.0))

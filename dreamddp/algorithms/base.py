@@ -35,7 +35,7 @@ from omegaconf import MISSING
 
 from dreamddp.checks import at_least
 from dreamddp.engine.layout import UnitLayout
-from dreamddp.engine.plan import Plan, SyncOp
+from dreamddp.engine.plan import Payload, Plan, SyncOp
 from dreamddp.registry import Registry
 
 
@@ -142,6 +142,17 @@ class Algorithm:
 
     def plan(self, t: int) -> Plan:
         return ()
+
+    def payload_place(self, op: SyncOp, t: int, layout: UnitLayout) -> tuple[object, int]:
+        """Where ``op``'s collective (launched in iteration ``t``) works: (buffer, byte offset).
+        The plan does not say it and the deferred carrier's grouping depends on it (adjacent
+        slices merge), so the simulator asks here.  Default: gradients and parameters on the
+        engine's flat buffers; a payload made at launch, a buffer of its own."""
+        if op.payload is Payload.GRAD:
+            return "grads", layout.offsets[op.first]
+        if op.payload is Payload.PARAM:
+            return "params", layout.offsets[op.first]
+        return ("made at launch", t, op), 0
 
     # ---- engine side: the tensor work ----
     def bind(self, engine) -> None:

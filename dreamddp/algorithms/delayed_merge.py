@@ -65,6 +65,20 @@ class DelayedMerge:
         self.late[op] = (buf, buf.clone() if op.lag > 1 else None)
         return engine.comm.all_reduce_avg(buf, tag=op_tag(engine, op, "late"))
 
+    def payload_place(self, op: SyncOp, t: int, layout):
+        if not is_late(op):
+            return super().payload_place(op, t, layout)
+        if op.lag > 1:
+            return ("copy", t, op), 0
+        # d = 1: the shared buffer, after this step's earlier late ops (as _copy places them)
+        offset = 0
+        for o in self.plan(t):
+            if o == op:
+                break
+            if is_late(o):
+                offset += layout.run_bytes(o.first, o.last)
+        return "late copies", offset
+
     def _copy(self, engine, op: SyncOp):
         """``op``'s parameters copied for the all-reduce: with d = 1 into the shared buffer,
         after the copies of this step's earlier late ops (the only ones in flight)."""

@@ -10,18 +10,9 @@ the backend's per-collective cost.  Measured in `make bench` (small GPT-2, 4
 workers, 3 repetitions): DreamDDP 0.130 s per iteration deferred vs 0.148 s
 eager, FLSGD 0.130 vs 0.134 s.
 Deferred, the collectives a worker launched wait in a queue until it first
-waits for one of them, then go together while it is blocked anyway:
-
-- each stretch of consecutive all-reduces is put in memory order (buffers in
-  order of first launch, then offset: gradient hooks do not always fire in the
-  units' index order);
-- all-reduces on adjacent slices of one buffer go as one, in place;
-- of the runs left, those of at most ``SMALL_BYTES`` go together through one
-  packed buffer, copied in and out, in memory order until it holds
-  ``PACK_BYTES`` (for them a collective's fixed cost outweighs the copy; the
-  cap keeps the extra memory small: 0.9% of the small ResNet-18's peak);
-  the others go alone, in place;
-- other kinds (reduce-scatter, all-gather) go alone, in launch order.
+waits for one of them, then go together while it is blocked anyway, grouped
+as comm/carry.py says (adjacent all-reduces merged in place, small ones
+packed; the simulator times the same grouping).
 
 A merged all-reduce sums the same numbers, in the order gloo's ring picks for
 the longer buffer: results equal eager launches' up to float rounding and are
@@ -40,10 +31,7 @@ from typing import Callable
 
 import torch
 
-# Runs of deferred all-reduces of at most SMALL_BYTES travel packed into one buffer of at
-# most PACK_BYTES (a transient copy: the only memory the carrier adds).
-SMALL_BYTES = 64 * 1024
-PACK_BYTES = 256 * 1024
+from dreamddp.comm.carry import Slot, carried
 
 Post = Callable[[], None] | None
 AllReduce = Callable[[torch.Tensor], tuple[object, Post]]  # view -> (work, post-op), AVG
@@ -64,15 +52,14 @@ def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
-def adjacent(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """``b`` starts where ``a`` ends in the same storage (so one flat view spans both)."""
-    return (a.dtype == b.dtype and a.device == b.device and _storage(a) == _storage(b)
-            and a.storage_offset() + a.numel() == b.storage_offset())
-
-
 def span(first: torch.Tensor, numel: int) -> torch.Tensor:
     """A flat view of ``numel`` elements of ``first``'s storage, from where ``first`` starts."""
     return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (numel,), (1,))
+
+
+def _span_of(run: list[Pending]) -> torch.Tensor:
+    """One flat view over a run of adjacent slices."""
+    return span(run[0].tensor, sum(p.tensor.numel() for p in run))
 
 
 def once(fn: Post) -> Post:
@@ -88,39 +75,11 @@ def once(fn: Post) -> Post:
     return run
 
 
-def memory_ordered(queue: list[Pending]) -> list[Pending]:
-    """``queue`` with each stretch of consecutive all-reduces sorted by (buffer in order of its
-    first launch, offset); a stretch whose slices overlap keeps its launch order."""
-    out: list[Pending] = []
-    stretch: list[Pending] = []
-    for p in [*queue, None]:
-        if p is not None and p.kind == "all_reduce":
-            stretch.append(p)
-            continue
-        buffers: dict[int, int] = {}
-        for q in stretch:
-            buffers.setdefault(_storage(q.tensor), len(buffers))
-        ordered = sorted(stretch, key=lambda q: (buffers[_storage(q.tensor)], q.tensor.storage_offset()))
-        overlap = any(_storage(a.tensor) == _storage(b.tensor)
-                      and a.tensor.storage_offset() + a.tensor.numel() > b.tensor.storage_offset()
-                      for a, b in zip(ordered, ordered[1:]))
-        out += stretch if overlap else ordered
-        stretch = []
-        if p is not None:
-            out.append(p)
-    return out
-
-
-def _runs(queue: list[Pending]) -> list[list[Pending]]:
-    """Consecutive all-reduces on adjacent slices grouped; everything else alone."""
-    runs: list[list[Pending]] = []
-    for p in queue:
-        last = runs[-1][-1] if runs else None
-        if last is not None and p.kind == last.kind == "all_reduce" and adjacent(last.tensor, p.tensor):
-            runs[-1].append(p)
-        else:
-            runs.append([p])
-    return runs
+def slot(p: Pending) -> Slot:
+    """Where ``p``'s bytes lie, as comm/carry.py groups them."""
+    t = p.tensor
+    return Slot(p.kind, _storage(t), t.storage_offset() * t.element_size(), t.numel() * t.element_size(),
+                (t.dtype, t.device))
 
 
 class DeferredCarrier:
@@ -135,45 +94,19 @@ class DeferredCarrier:
 
     def start(self) -> None:
         """Start every queued collective (a handle's first wait calls this)."""
-        queue, self._queue = memory_ordered(self._queue), []
-        runs = _runs(queue)
-        i = 0
-        while i < len(runs):
-            if runs[i][0].kind != "all_reduce":
-                p = runs[i][0]
-                p.handle.started(p.start_op(), p.post)
-                i += 1
-                continue
-            j = i
-            while j < len(runs) and runs[j][0].kind == "all_reduce":
-                j += 1
-            views = [(span(r[0].tensor, sum(p.tensor.numel() for p in r)), r) for r in runs[i:j]]
-            small = self._pack(views)
-            if small:
-                self._start_packed(small)
-            packed = {id(r[0]) for _, r in small}
-            for view, run in views:
-                if id(run[0]) not in packed:
-                    self._start_in_place(view, run)
-            i = j
+        queue, self._queue = self._queue, []
+        for real in carried([slot(p) for p in queue]):
+            runs = [[queue[i] for i in run] for run in real.runs]
+            if real.packed:
+                self._start_packed([(_span_of(r), r) for r in runs])
+            else:
+                self._start_in_place(runs[0])
 
-    @staticmethod
-    def _pack(views: list[tuple[torch.Tensor, list[Pending]]]) -> list[tuple[torch.Tensor, list[Pending]]]:
-        """The runs that travel packed: small ones of the first's dtype and device, in memory
-        order, up to PACK_BYTES in all (none unless at least two)."""
-        first, small, total = views[0][0], [], 0
-        for v, r in views:
-            size = v.numel() * v.element_size()
-            if size <= SMALL_BYTES and total + size <= PACK_BYTES and v.dtype == first.dtype and v.device == first.device:
-                small.append((v, r))
-                total += size
-        return small if len(small) >= 2 else []
-
-    def _start_in_place(self, view: torch.Tensor, run: list[Pending]) -> None:
+    def _start_in_place(self, run: list[Pending]) -> None:
         if len(run) == 1:
             work, post = run[0].start_op(), run[0].post
         else:
-            work, post = self._all_reduce(view)
+            work, post = self._all_reduce(_span_of(run))
             post = once(post)
         for p in run:
             p.handle.started(work, post)

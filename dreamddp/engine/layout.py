@@ -8,6 +8,7 @@ layout is the one the engine runs and the one the simulator times.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -31,3 +32,11 @@ class UnitLayout:
 
     def run_bytes(self, first: int, last: int) -> int:
         return sum(self.nbytes[first : last + 1])
+
+    @functools.cached_property
+    def offsets(self) -> tuple[int, ...]:
+        """Each unit's byte offset in the engine's flat buffers (units in backward order)."""
+        out = [0]
+        for b in self.nbytes:
+            out.append(out[-1] + b)
+        return tuple(out)

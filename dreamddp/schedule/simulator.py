@@ -19,9 +19,10 @@ launch)``), as the emulated link paces it, and is done at the later of its
 link deadline and the moment the LAST rank launched it (a collective needs
 every rank).  ``carrier`` adds the real backend's own transfer as the deferred
 carrier (comm/carrier.py) runs it under an emulated link on a real host: the
-collectives launched since the last flush start together, one after another,
-when the slowest rank first waits for any of them, and each is done no
-earlier than its real transfer.
+collectives launched since the last flush start when the slowest rank first
+waits for any of them, grouped into real collectives as the carrier groups
+them (comm/carry.py: adjacent slices merged, small ones packed), one after
+another, and each is done no earlier than its real collective.
 Ranks are simulated side by side: each draws its compute time per iteration
 from its own measured distribution (``Skew``: multiplicative factors on the
 profile), so a plan that synchronises every iteration pays, every iteration,
@@ -79,6 +80,11 @@ class Skew:
         return cls([np.asarray(r, dtype=float) / total for r in by_rank], seed)
 
 
+# The deferred carrier on a flush: the ops queued since the last one, (iteration launched, op)
+# in launch order -> the real collectives it starts, in order: (indices into them, seconds).
+Carrier = Callable[[list[tuple[int, SyncOp]]], list[tuple[list[int], float]]]
+
+
 @dataclass
 class SimResult:
     mean_iter: float
@@ -89,11 +95,11 @@ class SimResult:
 
 def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Callable[[SyncOp], float], *,
                   H: int, iterations: int | None = None, skew: Skew | None = None, world: int = 1,
-                  carrier: Callable[[SyncOp], float] | None = None) -> SimResult:
+                  carrier: Carrier | None = None) -> SimResult:
     """Time ``iterations`` (default: one window of ``H``) after a warm-up window of ``H``.
 
-    ``duration(op)``: seconds the link takes for ``op``; ``carrier(op)``: seconds the
-    real backend takes for it under the deferred carrier (None: nothing beyond the link).
+    ``duration(op)``: seconds the link takes for ``op``; ``carrier``: the real collectives
+    the deferred carrier starts at a wait and their seconds (None: nothing beyond the link).
     Ranks: ``world`` when ``skew`` gives one sample set per rank, else one.
     """
     if not isinstance(H, int) or H < 1:
@@ -137,7 +143,7 @@ class _Ranks:
         # each started one ends (the backend runs them one after another); by launch number,
         # since a plan may hand out the same op object again before the first is done
         self.launches = 0
-        self.queued: list[tuple[int, SyncOp]] = []
+        self.queued: list[tuple[int, int, SyncOp]] = []  # (launch number, iteration, op)
         self.real_done: dict[int, float] = {}
         self.real_free = -np.inf
 
@@ -150,14 +156,15 @@ class _Ranks:
         self.due.setdefault(key, []).append((op, self.link, np.full_like(at, at.max()), self.launches))
         self.launched.append(op)
         if self.carrier is not None:
-            self.queued.append((self.launches, op))
+            self.queued.append((self.launches, t, op))
 
     def flush(self) -> None:
         """The first wait starts every queued real transfer, once the slowest rank is there."""
         end = max(self.real_free, float(self.clock.max()))
-        for n, op in self.queued:
-            end += self.carrier(op)
-            self.real_done[n] = end
+        for members, seconds in self.carrier([(t, op) for _, t, op in self.queued]):
+            end += seconds
+            for i in members:
+                self.real_done[self.queued[i][0]] = end
         self.real_free, self.queued = end, []
 
     def wait(self, key) -> np.ndarray:
