@@ -5,7 +5,10 @@ registered from that test file) on a few profiles and window lengths: the
 engine runs the algorithm on a real model against a fake communicator, the
 simulator binds the algorithm to a torch-free layout of a profile of that
 model's units, and per iteration both must launch the same collectives (units
-and kind), and the fake communicator must have carried exactly those.
+and kind), and the fake communicator must have carried exactly those.  And
+where each payload lies, as the simulator's deferred carrier groups them
+(``payload_place``), is where the engine's tensors lie: both group an
+iteration's collectives into the same real ones (comm/carry.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import torch
 from torch import nn
 
 from dreamddp.algorithms import ALGORITHMS, build_algorithm, register_algorithm
+from dreamddp.comm.carry import SMALL_BYTES, Slot, carried
 from dreamddp.comm.fake import FakeCommunicator
 from dreamddp.engine.units import enumerate_units
 from dreamddp.prediction import layout_of, simulate
@@ -76,7 +80,7 @@ def engine_ops(cfg, profile, world: int, iterations: int):
     engine.set_algorithm(algo)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(1)
-    launched, carried = [], []
+    launched, kinds, grouped = [], [], []
     for t in range(iterations):
         before = len(comm.calls)
         engine.begin_iteration(t)
@@ -85,9 +89,28 @@ def engine_ops(cfg, profile, world: int, iterations: int):
         engine.end_backward()
         engine.step(opt)
         stats = engine.after_step()
+        calls = comm.calls[before:]
         launched.append(stats.ops)
-        carried.append(Counter(c.kind for c in comm.calls[before:]))
-    return launched, carried
+        kinds.append(Counter(c.kind for c in calls))
+        grouped.append(_grouping(stats.ops, calls, algo, getattr(engine, "layout", None), t))  # plain: no engine
+    return launched, kinds, grouped
+
+
+def _grouping(ops, calls, algo, layout, t):
+    """Per packing threshold (the carrier's, and none), the real collectives (from the tensors the
+    engine sent, from ``payload_place``): each a sorted list of the sets of ops that go as one;
+    None where an op sent more than one call."""
+    if not ops or len(calls) != len(ops):
+        return None
+    keys = [(tuple(op.units), op.collective) for op in ops]
+    assert len(set(keys)) == len(keys)
+    real = [Slot(c.kind, c.storage, c.offset, c.nbytes) for c in calls]
+    placed = [Slot(op.collective, *algo.payload_place(op, t, layout), sum(layout.nbytes[u] for u in op.units)) for op in ops]
+
+    def as_sets(slots, small_bytes):
+        return sorted(sorted(keys[i] for run in r.runs for i in run) for r in carried(slots, small_bytes))
+    # these units are all small, so they all go packed; without packing, adjacency alone decides
+    return [(as_sets(real, small), as_sets(placed, small)) for small in (SMALL_BYTES, 0)]
 
 
 def signature(ops) -> Counter:
@@ -107,13 +130,15 @@ def test_engine_and_simulator_sync_the_same_units(name, options, H, seed):
     if "merge_delay" in options:  # below H
         options = {**options, "merge_delay": min(options["merge_delay"], H - 1)}
     cfg = ALGORITHMS.lookup(name).Config(name=name, H=H, **options)
-    launched, carried = engine_ops(cfg, profile, world, H + n)
+    launched, carried, grouped = engine_ops(cfg, profile, world, H + n)
     simulated = simulate(cfg, profile, world=world, iterations=n)
     assert len(simulated.ops) == n
     for k, sim_ops in enumerate(simulated.ops):
         t = H + k  # the simulator drops one warm-up window
         assert signature(launched[t]) == signature(sim_ops), f"iteration {t}"
         assert carried[t] == Counter(op.collective for op in sim_ops), f"iteration {t}: what the link carried"
+        for engine_side, placed in grouped[t] or ():
+            assert engine_side == placed, f"iteration {t}: real collectives at a wait"
 
 
 def test_every_registered_algorithm_is_covered():

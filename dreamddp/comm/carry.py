@@ -54,15 +54,16 @@ class Real:
         return sum(slots[i].nbytes for run in self.runs for i in run)
 
 
-def carried(slots: list[Slot]) -> list[Real]:
-    """The real collectives a wait starts for ``slots`` (in launch order), in start order."""
+def carried(slots: list[Slot], small_bytes: int = SMALL_BYTES) -> list[Real]:
+    """The real collectives a wait starts for ``slots`` (in launch order), in start order
+    (``small_bytes``: the largest run that travels packed; 0: none does)."""
     out: list[Real] = []
     for stretch in _stretches(slots):
         if slots[stretch[0]].kind != "all_reduce":
             out += [Real(((i,),)) for i in stretch]
             continue
         runs = _adjacent_runs(slots, _memory_ordered(slots, stretch))
-        small = _packed(slots, runs)
+        small = _packed(slots, runs, small_bytes)
         if small:
             out.append(Real(tuple(small)))
         out += [Real((run,)) for run in runs if run not in small]
@@ -104,13 +105,13 @@ def _adjacent_runs(slots: list[Slot], order: list[int]) -> list[tuple[int, ...]]
     return [tuple(r) for r in runs]
 
 
-def _packed(slots: list[Slot], runs: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+def _packed(slots: list[Slot], runs: list[tuple[int, ...]], small_bytes: int) -> list[tuple[int, ...]]:
     """The runs that travel packed: small ones of the first run's family, in memory order, up to
     PACK_BYTES in all (none unless at least two)."""
     family, small, total = slots[runs[0][0]].family, [], 0
     for run in runs:
         size = sum(slots[i].nbytes for i in run)
-        if size <= SMALL_BYTES and total + size <= PACK_BYTES and slots[run[0]].family == family:
+        if size <= small_bytes and total + size <= PACK_BYTES and slots[run[0]].family == family:
             small.append(run)
             total += size
     return small if len(small) >= 2 else []

@@ -38,6 +38,8 @@ class FakeCall:
     nbytes: int
     values: torch.Tensor  # a clone of the input at launch
     data_ptr: int  # of the input, so tests can check which buffer was sent
+    storage: int = 0  # the input's storage and its byte offset in it: where the carrier would find it
+    offset: int = 0
 
 
 def _same_everywhere(world: int) -> PeerFn:
@@ -62,7 +64,8 @@ class FakeCommunicator:
     # -- helpers -------------------------------------------------------------
     def _peers(self, kind: str, tag: str, t: torch.Tensor) -> list:
         values = t.detach().clone()
-        self.calls.append(FakeCall(kind, tag, t.numel() * t.element_size(), values, t.data_ptr()))
+        self.calls.append(FakeCall(kind, tag, t.numel() * t.element_size(), values, t.data_ptr(),
+                                   t.untyped_storage().data_ptr(), t.storage_offset() * t.element_size()))
         peers = list(self.peer_fn(kind, tag, values.clone()))
         if len(peers) != self.world_size:
             raise ValueError(f"peer_fn: returned {len(peers)} tensors for world_size {self.world_size}")
