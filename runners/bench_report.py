@@ -161,7 +161,7 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
     paper = paper_ratios(model)
     ours_authors = {label: median_spread([authors_on_ours(segs).get(label) for segs in reps.values()]) for label in AUTHORS_KEYS}
     target, ttt = times_to_target(reps)
-    ttt_ratio = {label: [a / b for a, b in zip(ttt[label], ttt[REFERENCE]) if a and b] for label in ttt}
+    ttt_ratio = {label: [a / b for a, b in zip(ttt[label], ttt.get(REFERENCE, [])) if a and b] for label in ttt}
     some = next(iter(reps.values()))
     rec = some.get(REFERENCE) or next(iter(some.values()))
     calib = json.loads((Path(rec["_dir"]).parent / "calibration.json").read_text())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,14 @@ def test_quick_bench_writes_its_report_and_resume_keeps_the_completed_job(tmp_pa
     assert changed.returncode == 0, changed.stdout + changed.stderr
     assert "completed before" not in changed.stdout
     assert json.loads((job / "spec.json").read_text())["chunk"] == 4
+
+    # A subset without DreamDDP (--only flsgd nosync@ideal) still gets its report: ratios to
+    # DreamDDP are n/a, not a crash.
+    subset = tmp_path.parent / "subset"
+    shutil.copytree(tmp_path, subset)
+    for label in ("dreamddp", "dreamddp@memory"):
+        shutil.rmtree(subset / "runs" / "gpt2" / "rep0" / label)
+    report_only = subprocess.run([sys.executable, str(ROOT / "runners" / "bench_report.py"), str(subset)], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=120)
+    assert report_only.returncode == 0, report_only.stdout + report_only.stderr
+    assert "| flsgd |" in (subset / "README.md").read_text()
