@@ -70,7 +70,7 @@ def op_seconds(profile: Profile, layout: UnitLayout, link: LinkModel | None):
 
     def seconds(op: SyncOp) -> float:
         units = op.units
-        nbytes = sum(layout.nbytes[u] for u in units)
+        nbytes = layout.op_bytes(op)
         if nbytes == 0 or world < 2:
             return 0.0
         if link is not None:
@@ -87,8 +87,8 @@ def carried_seconds(algo: Algorithm, layout: UnitLayout, real: RealTransfer):
     each payload), each taking the real backend's time for its bytes."""
 
     def carry(queued: list[tuple[int, SyncOp]]) -> list[tuple[list[int], float]]:
-        slots = [Slot(op.collective, *algo.payload_place(op, t, layout),
-                      int(sum(layout.nbytes[u] for u in op.units) * op.scale)) for t, op in queued]
+        slots = [Slot(op.collective, *algo.payload_place(op, t, layout), int(layout.op_bytes(op) * op.scale))
+                 for t, op in queued]
         return [([i for run in r.runs for i in run],
                  real.seconds(slots[r.runs[0][0]].kind, r.nbytes(slots), layout.world)) for r in carried(slots)]
 

@@ -17,6 +17,14 @@ def ratio_in_reps(j: dict, num: str, den: str) -> tuple | None:
     return median_spread([a[r] / b[r] for r in a if r in b])
 
 
+def _skew_ms(row: dict) -> float | None:
+    """What the ranks' skew adds to the run's plan (with the real transfer where probed), predicted."""
+    plan = row.get("plan_real_over_measured") or row.get("plan_over_measured")
+    if not row.get("predicted_over_measured") or not plan:
+        return None
+    return 1e3 * row["iteration_s"][0] * (row["predicted_over_measured"][0] - plan[0])
+
+
 def _reason(row: dict) -> str:
     """Why measured exceeds the bound, from the numbers: schedule, skew, and the rest."""
     measured = row["iteration_s"][0]
@@ -33,7 +41,7 @@ def _reason(row: dict) -> str:
             plan = real
         if row["predicted_over_measured"]:
             pred = measured * row["predicted_over_measured"][0]
-            parts.append(f"the ranks' skew adds {1e3 * (pred - plan):.1f} ms (predicted)")
+            parts.append(f"the ranks' skew adds {_skew_ms(row):.1f} ms (predicted)")
             parts.append(f"{1e3 * (measured - pred):+.1f} ms are beyond the model (per-op work the profile lacks"
                          + ("" if row.get("probed") else "; the backend's own transfer at the wait, not probed "
                                                          "at this run's start-up") + ")")
@@ -116,12 +124,7 @@ def _ceiling_reason(model: str, j: dict, nosync: float) -> str:
 def _skew_reason(model: str, j: dict) -> str:
     """Why the delayed merge does not hide the time-sliced workers' skew as FLSGD's one sync per
     window does: what the simulator charges each for the ranks' spread."""
-    def skew_ms(label: str) -> float | None:
-        row = j["rows"].get(label, {})
-        if not row.get("predicted_over_measured") or not row.get("plan_real_over_measured"):
-            return None
-        return 1e3 * row["iteration_s"][0] * (row["predicted_over_measured"][0] - row["plan_real_over_measured"][0])
-    delay, flsgd = skew_ms("dreamddp+delay"), skew_ms("flsgd")
+    delay, flsgd = (_skew_ms(j["rows"].get(label, {})) for label in ("dreamddp+delay", "flsgd"))
     if delay is None or flsgd is None:
         return f"- {model} dreamddp+delay vs flsgd: no prediction to split the skew from the rest."
     return (f"- {model} dreamddp+delay vs flsgd: the ranks' skew costs dreamddp+delay {delay:.1f} ms per iteration "

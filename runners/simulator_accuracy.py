@@ -107,14 +107,21 @@ def _reference_drift(rows: list[dict]) -> str:
 def _own_compute_line(rows: list[dict]) -> str:
     """The same predictions charged each run's own measured compute: what error is the
     communication model's once compute noise is taken out."""
-    errors = [abs(r["own_error"]) for r in rows]
-    ranks = ranking(rows, "own_compute_s")
+    med, p95, right, ties, n = accuracy(rows, "own_error", "own_compute_s")
     return (f"Charged each run's own compute instead (its iteration less its waits: a diagnostic, not a prediction, "
-            f"column *own compute s*), the error is median {statistics.median(errors):.1%}, 95th percentile "
-            f"{_quantile(errors, 0.95):.1%}, and the order is right in {sum(r['right'] for r in ranks)} of {len(ranks)} "
-            f"configurations ({sum(r['right_but_ties'] for r in ranks)} of {len(ranks)} with ties): what remains is "
+            f"column *own compute s*), the error is median {med:.1%}, 95th percentile {p95:.1%}, and the order is right "
+            f"in {right} of {n} configurations ({ties} of {n} with ties): what remains is "
             "the model of the link, the skew and the real transfer; the rest of the error above is compute that "
             "ran at a different speed in a different run.")
+
+
+def accuracy(rows: list[dict], error: str = "error", predicted: str = "predicted_s") -> tuple:
+    """(median and 95th percentile of the absolute ``error``, configurations ordered right by
+    ``predicted``, right counting ties, configurations)."""
+    errors = [abs(r[error]) for r in rows]
+    ranks = ranking(rows, predicted)
+    return (statistics.median(errors), _quantile(errors, 0.95), sum(r["right"] for r in ranks),
+            sum(r["right_but_ties"] for r in ranks), len(ranks))
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -138,8 +145,7 @@ def ranking(rows: list[dict], predicted: str = "predicted_s") -> list[dict]:
 
 
 def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -> None:
-    errors = [abs(r["error"]) for r in rows]
-    med, p95 = statistics.median(errors), _quantile(errors, 0.95)
+    med, p95, right, ties, n = accuracy(rows)
     ranks = ranking(rows)
     lines = ["# Simulator accuracy: predicted vs measured iteration time", "",
              f"Made by `python runners/simulator_accuracy.py {' '.join(argv)}`"
@@ -158,8 +164,7 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
              "runs).", "",
              f"**{len(rows)} runs: median absolute error {med:.1%} (target {TARGETS['median']:.0%}), 95th percentile "
              f"{p95:.1%} (target {TARGETS['p95']:.0%}); the simulator orders the algorithms as measured in "
-             f"{sum(r['right'] for r in ranks)} of {len(ranks)} configurations, and in "
-             f"{sum(r['right_but_ties'] for r in ranks)} of {len(ranks)} when runs measured within {TIE:.0%} of each "
+             f"{right} of {n} configurations, and in {ties} of {n} when runs measured within {TIE:.0%} of each "
              "other (the repetitions' spread) count as ties.**", "", _compute_line(rows), "", _own_compute_line(rows), "",
              "| model | comm/backward | rep | algorithm | measured s | predicted s | error | no skew s | link only s "
              "| in-run s | waited beyond the link (ms) | backward x nosync | own compute s |",

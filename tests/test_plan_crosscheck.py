@@ -105,7 +105,7 @@ def _grouping(ops, calls, algo, layout, t):
     keys = [(tuple(op.units), op.collective) for op in ops]
     assert len(set(keys)) == len(keys)
     real = [Slot(c.kind, c.storage, c.offset, c.nbytes) for c in calls]
-    placed = [Slot(op.collective, *algo.payload_place(op, t, layout), sum(layout.nbytes[u] for u in op.units)) for op in ops]
+    placed = [Slot(op.collective, *algo.payload_place(op, t, layout), layout.op_bytes(op)) for op in ops]
 
     def as_sets(slots, small_bytes):
         return sorted(sorted(keys[i] for run in r.runs for i in run) for r in carried(slots, small_bytes))

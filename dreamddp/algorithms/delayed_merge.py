@@ -70,7 +70,7 @@ class DelayedMerge:
             return super().payload_place(op, t, layout)
         if op.lag > 1:
             return ("copy", t, op), 0
-        # d = 1: the shared buffer, after this step's earlier late ops (as _copy places them)
+        # d = 1: the shared buffer, after this step's earlier late ops (_copy puts it there)
         offset = 0
         for o in self.plan(t):
             if o == op:
@@ -80,16 +80,16 @@ class DelayedMerge:
         return "late copies", offset
 
     def _copy(self, engine, op: SyncOp):
-        """``op``'s parameters copied for the all-reduce: with d = 1 into the shared buffer,
-        after the copies of this step's earlier late ops (the only ones in flight)."""
+        """``op``'s parameters copied for the all-reduce: with d = 1 into the shared buffer, where
+        ``payload_place`` says (after the copies of this step's earlier late ops, the only ones
+        in flight), so the simulator's carrier sees the buffer the engine's sends."""
         params = engine.tensor(op).detach()
         if op.lag > 1:
             return params.clone()
         if self._arena is None:
             size = max(sum(engine.tensor(o).numel() for o in self.plan(t) if is_late(o)) for t in range(self.H))
             self._arena = torch.empty(size, dtype=params.dtype, device=params.device)
-        start = sum(buf.numel() for buf, _ in self.late.values() if buf.untyped_storage().data_ptr()
-                    == self._arena.untyped_storage().data_ptr())
+        start = self.payload_place(op, engine.t, engine.layout)[1] // params.element_size()
         if start + params.numel() > self._arena.numel():  # not this window's plan (cannot happen): a copy of its own
             return params.clone()
         buf = self._arena[start : start + params.numel()]

@@ -9,6 +9,7 @@ layout is the one the engine runs and the one the simulator times.
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
 
 
@@ -31,12 +32,13 @@ class UnitLayout:
         return len(self.names)
 
     def run_bytes(self, first: int, last: int) -> int:
-        return sum(self.nbytes[first : last + 1])
+        return self.offsets[last + 1] - self.offsets[first]
+
+    def op_bytes(self, op) -> int:
+        """The parameter bytes of every unit an op covers (all its runs), before ``op.scale``."""
+        return sum(self.run_bytes(a, b) for a, b in op.runs)
 
     @functools.cached_property
     def offsets(self) -> tuple[int, ...]:
-        """Each unit's byte offset in the engine's flat buffers (units in backward order)."""
-        out = [0]
-        for b in self.nbytes:
-            out.append(out[-1] + b)
-        return tuple(out)
+        """Each unit's byte offset in the engine's flat buffers (units in backward order), and the end."""
+        return tuple(itertools.accumulate(self.nbytes, initial=0))
