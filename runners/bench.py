@@ -21,9 +21,10 @@ Presets (``--preset``): ``compute`` (default) is each model's ``model.size=compu
 whose forward / backward / optimizer split on one CPU core looks like the paper
 model's on a GPU (conf/model/*.yaml); ``small`` is the CPU-sized preset, where
 per-op overhead dominates (with 4 workers on 2 cores it measures the workers'
-skew).  GPT-2 and Llama on Shakespeare, ResNets on Fashion-MNIST.  ASC-WFBP's
-and DeAR's buckets are DDP's 25 MB scaled by model size (as many buckets as the
-paper-size model would have).
+skew); ``paper`` is the paper models at their sizes, for a GPU (``--set
+cluster.device=cuda``; results/gpu/README.md).  GPT-2 and Llama on Shakespeare,
+ResNets on Fashion-MNIST.  ASC-WFBP's and DeAR's buckets are DDP's 25 MB scaled by
+model size (as many buckets as the paper-size model would have).
 """
 
 from __future__ import annotations
@@ -51,6 +52,14 @@ MODELS = {
         "resnet18": {"overrides": ["model=resnet18", "model.size=compute"], "bucket_mb": 9.8},  # 17.5 MB
         "llama2": {"overrides": ["model=llama2", "model.size=compute"], "bucket_mb": 1.57},  # 44.4 MB
         "resnet50": {"overrides": ["model=resnet50", "model.size=compute"], "bucket_mb": 13.9},  # 52.8 MB
+    },
+    # The paper models at the paper's sizes, for a GPU (--set cluster.device=cuda): buckets of
+    # DDP's own 25 MB.
+    "paper": {
+        "gpt2": {"overrides": ["model=gpt2", "model.size=paper"], "bucket_mb": 25.0},
+        "resnet18": {"overrides": ["model=resnet18", "model.size=paper"], "bucket_mb": 25.0},
+        "llama2": {"overrides": ["model=llama2", "model.size=paper"], "bucket_mb": 25.0},
+        "resnet50": {"overrides": ["model=resnet50", "model.size=paper"], "bucket_mb": 25.0},
     },
     "small": {
         "gpt2": {"overrides": ["model=gpt2", "model.size=small"], "bucket_mb": 0.175},  # 3.5 MB: ~20 buckets
@@ -125,7 +134,7 @@ def job_spec(args, model: str, rep: int, out: str) -> dict:
         "iterations": args.iterations,
         "chunk": args.H,  # iterations of one segment per turn when they are interleaved: one window
         "calibration_iterations": args.calibration_iterations,
-        "memory": rep == 0,
+        "memory": rep == 0 and not args.no_memory,
         "memory_iterations": 4,
         "source": source_digest(),
     }
@@ -151,7 +160,7 @@ def job_done(spec: dict) -> bool:
     return True
 
 
-def job(spec: dict, nproc: int, rep: int) -> float:
+def job(spec: dict, nproc: int, rep: int, port: int = 29400) -> float:
     out = spec["out"]
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "spec.json"), "w") as f:
@@ -159,7 +168,7 @@ def job(spec: dict, nproc: int, rep: int) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
-           "--master-addr", "127.0.0.1", "--master-port", str(29400 + rep),
+           "--master-addr", "127.0.0.1", "--master-port", str(port + rep),
            os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_worker.py"), os.path.join(out, "spec.json")]
     t0 = time.perf_counter()
     with open(os.path.join(out, "job.log"), "w") as log:
@@ -183,6 +192,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--iterations", type=int, default=44, help="per segment; the first 10%% are not timed")
     p.add_argument("--calibration-iterations", type=int, default=16)
     p.add_argument("--profile-iterations", type=int, default=5, help="DreamDDP's start-up profile")
+    p.add_argument("--port", type=int, default=29400, help="rendezvous port of repetition 0 (k: + k)")
+    p.add_argument("--no-memory", action="store_true", help="no memory segments (else in the first repetition)")
     p.add_argument("--quick", action="store_true", help="tiny models, for a smoke run of the pipeline")
     p.add_argument("--only", nargs="+", metavar="LABEL", help="these segments only (e.g. flsgd dreamddp), to study a few")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every segment")
@@ -208,7 +219,7 @@ def run_jobs(args: argparse.Namespace) -> str:
             if args.resume and job_done(spec):
                 print(f"bench: {model} repetition {rep}: completed before, kept", flush=True)
                 continue
-            took = job(spec, args.nproc, rep)
+            took = job(spec, args.nproc, rep, args.port)
             print(f"bench: {model} repetition {rep}: {took:.0f} s", flush=True)
     write_json(os.path.join(runs, "bench.json"), {"args": vars(args), "seconds": time.perf_counter() - start})
     return runs

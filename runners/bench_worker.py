@@ -83,6 +83,8 @@ def _run(ctx, overrides: list[str], run_dir: str, profile_memory: bool = False) 
         run.build()
         run.set_up()
         run.loop()
+    elif ctx.device.type == "cuda":
+        run.recorder.set("memory", _cuda_peak_memory(run, ctx.device))
     else:  # every tensor of this segment is allocated under the profiler: model, state, activations
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
             run.build()
@@ -93,6 +95,25 @@ def _run(ctx, overrides: list[str], run_dir: str, profile_memory: bool = False) 
     run.finish()
     dist.barrier()
     return run
+
+
+def _cuda_peak_memory(run: Run, device) -> dict:
+    """Build, set up and train ``run``; torch.cuda.max_memory_allocated over its training loop,
+    less what this process held before the segment began (the earlier segments are freed)."""
+    gc.collect()
+    torch.cuda.synchronize(device)
+    base = torch.cuda.memory_allocated(device)
+    run.build()
+    run.set_up()
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device) - base
+    torch.cuda.reset_peak_memory_stats(device)  # the peak of the training loop, not of the set-up passes
+    run.loop()
+    torch.cuda.synchronize(device)
+    return {"loop_start_bytes": before, "peak_bytes": torch.cuda.max_memory_allocated(device) - base,
+            "held_before_bytes": base,
+            "note": "torch.cuda.max_memory_allocated of this worker during the training loop, less the "
+                    "bytes it held before the segment was built"}
 
 
 def _peak_memory(prof) -> dict:

@@ -219,3 +219,15 @@ def test_worker_identity_from_launcher_env():
     assert worker_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_ID": "9"}) is None
     assert worker_env({}) is None
     assert first_host("node1,node2") == "node1" and first_host("a[1,3-4]") == "a1"
+
+
+def test_backend_follows_how_many_workers_share_a_gpu():
+    from dreamddp.run.dist_env import process_group_backend, resolve_backend
+
+    assert resolve_backend("auto", "cpu") == "gloo"
+    assert resolve_backend("auto", "cuda", local_workers=8, gpus=8) == "nccl"
+    # NCCL refuses two ranks on one device: workers sharing a GPU talk over gloo
+    assert resolve_backend("auto", "cuda", local_workers=2, gpus=1) == "gloo"
+    assert resolve_backend("gloo", "cuda", local_workers=1, gpus=1) == "gloo"
+    # with NCCL the control path's CPU tensors (flags, metrics, timings) go over gloo
+    assert process_group_backend("nccl") == "cpu:gloo,cuda:nccl" and process_group_backend("gloo") == "gloo"

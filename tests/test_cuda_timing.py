@@ -1,7 +1,8 @@
-"""Timing on CUDA: stamps are taken after the device finished, not when the host queued.
+"""CUDA: stamps are taken after the device finished, and workers sharing one GPU communicate.
 
-Runs where a GPU is present, skips elsewhere.  Reference: CUDA events, which
-time the device itself.
+Runs where a GPU is present, skips elsewhere (CI has none; results/gpu/ holds
+this module's output on the lent GPU).  References: CUDA events, which time the
+device itself, and the collectives' definitions on every rank's known inputs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.models import build_model, model_units
 from dreamddp.models.tasks import compute_loss
 from dreamddp.warmup.profiler import measure_profile
+from dist_util import run_workers
 from engine_fixtures import algo_cfg
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -59,3 +61,79 @@ def test_engine_and_profiler_times_on_cuda_are_positive_and_ordered():
     stats = engine.after_step()
     assert stats.unit_ready == sorted(stats.unit_ready)
     assert 0 < stats.unit_ready[-1] <= stats.backward_end - stats.start <= stats.end - stats.start
+
+
+def test_unit_backward_times_sum_to_a_backward_timed_by_events():
+    """Per-unit backward times (the engine's gradient-ready stamps in the profiler) are
+    positive, stamped in backward order, and sum to within 10% of a whole backward pass
+    timed by CUDA events on passes without stamps.  GPT-2 124M: a pass long enough
+    (tens of ms) that the per-unit synchronisations are a small part of it."""
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    model = build_model("gpt2", "paper").to(device)
+    sample = torch.randint(50257, (4, 256), device=device)
+    loss_fn = lambda: compute_loss("lm", model, sample)  # noqa: E731
+    units = model_units(model, loss_fn)
+    engine = PartialSyncEngine(model, units, FakeCommunicator(world_size=1), build_algorithm(algo_cfg("nosync")))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    profile = measure_profile(engine, engine.comm, opt, loss_fn, iterations=5, comm_repeats=0)
+    assert all(profile.bp[u] > 0 for u in profile.units)
+
+    engine.sample_every = 1
+    engine.begin_iteration(0)
+    loss_fn().backward()
+    engine.end_backward()
+    engine.step(opt)
+    stamps = engine.after_step().unit_ready
+    assert stamps == sorted(stamps) and stamps[0] > 0  # backward order: the engine's units are in it
+
+    engine.sample_every = 10**9  # no stamps: the events see the backward pass alone
+    event_ms = []
+    for t in range(1, 8):
+        engine.begin_iteration(t)
+        loss = loss_fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        loss.backward()
+        end.record()
+        engine.end_backward()
+        engine.step(opt)
+        engine.after_step()
+        torch.cuda.synchronize()
+        event_ms.append(start.elapsed_time(end))
+    by_events = sorted(event_ms[2:])[len(event_ms[2:]) // 2] / 1e3
+    summed = sum(profile.bp.values())
+    print(f"per-unit backward sum {summed * 1e3:.2f} ms, backward by CUDA events {by_events * 1e3:.2f} ms, "
+          f"ratio {summed / by_events:.3f}, {len(profile.units)} units")
+    assert abs(summed / by_events - 1) <= 0.10
+
+
+def _collectives_on_one_gpu(rank: int, world: int) -> dict:
+    """Every collective the algorithms launch, on CUDA tensors of workers sharing GPU 0
+    over gloo (which moves CUDA tensors for all-reduce and broadcast only)."""
+    from dreamddp.comm.communicator import Communicator
+
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    comm = Communicator()
+    n = 1000 * world
+    xs = [torch.randn(n, generator=torch.Generator().manual_seed(7 + r)).to(device) for r in range(world)]
+    mean = torch.stack(xs).mean(0)
+    x = xs[rank].clone()
+    comm.all_reduce_avg(x).wait()
+    out = torch.empty(n // world, device=device)
+    comm.reduce_scatter_avg(xs[rank].clone(), out).wait()
+    gathered = torch.empty(n, device=device)
+    comm.all_gather(gathered, xs[rank][rank * (n // world):(rank + 1) * (n // world)].clone()).wait()
+    shard = slice(rank * (n // world), (rank + 1) * (n // world))
+    want_gather = torch.cat([xs[r][r * (n // world):(r + 1) * (n // world)] for r in range(world)])
+    return {"devices": {x.device.type, out.device.type, gathered.device.type},
+            "all_reduce": (x - mean).abs().max().item(),
+            "reduce_scatter": (out - mean[shard]).abs().max().item(),
+            "all_gather": (gathered - want_gather).abs().max().item()}
+
+
+def test_workers_sharing_one_gpu_communicate_cuda_tensors_over_gloo():
+    for result in run_workers(_collectives_on_one_gpu, 2):
+        assert result["devices"] == {"cuda"}
+        assert result["all_reduce"] < 1e-6 and result["reduce_scatter"] < 1e-6 and result["all_gather"] == 0.0

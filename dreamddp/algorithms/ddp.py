@@ -27,6 +27,6 @@ class DDP(Algorithm):
     def make_engine(cls, model, units, comm, ctx, *, sample_every: int):
         """DDP around the model (its constructor broadcasts rank 0's parameters), driven
         through the engine's lifecycle calls; every gradient, every iteration, for the record."""
-        ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
+        ids = [ctx.device.index] if ctx.device.type == "cuda" else None  # workers may share a GPU
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
         return passthrough.PassthroughEngine(ddp, units, sum(u.nbytes for u in units)), ddp

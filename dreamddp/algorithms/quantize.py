@@ -48,7 +48,7 @@ def e3m0_encode(x: torch.Tensor, block: int = 1024) -> torch.Tensor:
     x = x.reshape(-1).float()
     n = x.numel()
     size, nb = _blocks(n, block)
-    padded = torch.zeros(nb * size + (nb * size) % 2)  # even length: two codes per byte
+    padded = x.new_zeros(nb * size + (nb * size) % 2)  # even length: two codes per byte
     padded[:n] = x
     blocks = padded[: nb * size].view(nb, size)
     scale = blocks.abs().amax(dim=1)
@@ -56,7 +56,7 @@ def e3m0_encode(x: torch.Tensor, block: int = 1024) -> torch.Tensor:
     mant, exp = torch.frexp(a)  # a = mant * 2**exp, mant in [0.5, 1)
     k = exp - 1 + (mant >= 0.75).to(exp.dtype)  # nearest power of two: 2**k
     m = torch.where(a >= 2.0**-7, (k + 7).clamp(min=1, max=7), torch.zeros_like(k))
-    codes = torch.zeros(padded.numel(), dtype=torch.uint8)
+    codes = torch.zeros(padded.numel(), dtype=torch.uint8, device=x.device)
     codes[: nb * size] = (m | ((blocks < 0) & (m > 0)).to(m.dtype) << 3).reshape(-1).to(torch.uint8)
     packed = codes[0::2] | (codes[1::2] << 4)
     return torch.cat([packed, scale.contiguous().view(torch.uint8)])
@@ -120,7 +120,7 @@ def gather_mean(comm, x: torch.Tensor, codec: Codec, tag: str = ""):
     """
     mine = codec.encode(x)
     world, n = comm.world_size, x.numel()
-    out = torch.empty(world * mine.numel(), dtype=torch.uint8)
+    out = torch.empty(world * mine.numel(), dtype=torch.uint8, device=mine.device)
     handle = comm.all_gather(out, mine, tag=tag)
 
     def finish() -> torch.Tensor:

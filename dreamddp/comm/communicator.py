@@ -39,6 +39,7 @@ workers compute.  The modelled timing is the same either way.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -266,6 +267,28 @@ class Communicator:
     def _native_avg(self, t: torch.Tensor) -> bool:
         return t.is_cuda and "nccl" in self.backend
 
+    def _via_host(self, t: torch.Tensor) -> bool:
+        """gloo moves CUDA tensors for all-reduce and broadcast only (several workers sharing
+        one GPU run over gloo: NCCL refuses two ranks on one device)."""
+        return t.is_cuda and "nccl" not in self.backend
+
+    def _host_staged(self, collective, out: torch.Tensor, inp: torch.Tensor, then) -> tuple[Callable, Callable]:
+        """(start, post) of ``collective(out, inp)`` run on host copies: the input is copied
+        to the host when the collective starts, the result back to ``out`` when it completes."""
+        host: dict[str, torch.Tensor] = {}
+
+        def start():
+            host["in"], host["out"] = inp.cpu(), torch.empty(out.shape, dtype=out.dtype)
+            return collective(host["out"], host["in"], group=self.group, async_op=True)
+
+        def post():
+            out.copy_(host.pop("out"))
+            host.clear()
+            if then is not None:
+                then()
+
+        return start, post
+
     def _div_post(self, t: torch.Tensor, native: bool) -> Callable[[], None] | None:
         if native:
             return None
@@ -292,6 +315,10 @@ class Communicator:
         record = self._launch("reduce_scatter", tag, flat.numel() * flat.element_size())
         native = self._native_avg(flat)
         op = dist.ReduceOp.AVG if native else dist.ReduceOp.SUM
+        if self._via_host(flat):
+            start, post = self._host_staged(functools.partial(_reduce_scatter, op=op), out, flat,
+                                            self._div_post(out, native))
+            return self._issue(record, start, post, out)
         return self._issue(
             record,
             lambda: _reduce_scatter(out, flat, op=op, group=self.group, async_op=True),
@@ -304,6 +331,8 @@ class Communicator:
         check_flat("shard", shard)
         check_sizes("out", out, "shard", shard, self.world_size)
         record = self._launch("all_gather", tag, out.numel() * out.element_size())
+        if self._via_host(shard):
+            return self._issue(record, *self._host_staged(_all_gather, out, shard, None), out)
         return self._issue(
             record, lambda: _all_gather(out, shard, group=self.group, async_op=True), None, out
         )

@@ -102,6 +102,9 @@ class TrainConfig:
     weight_decay: float = 0.0
     # Clip the global gradient norm to this value; 0 = off.
     grad_clip: float = 0.0
+    # float32 matrix products (torch.set_float32_matmul_precision): highest = full fp32;
+    # high = TF32 on CUDA matrix units (what GPU training runs use); medium = bf16 passes.
+    matmul_precision: str = "highest"
     # constant|cosine|step learning-rate schedule after warm-up.
     lr_schedule: str = "cosine"
     # Iterations of linear warm-up from 0 to lr.
@@ -165,7 +168,8 @@ class ClusterConfig:
     nnodes: int = 1
     # auto|cpu|cuda; auto = cuda when available, else cpu.
     device: str = "auto"
-    # auto|gloo|nccl; auto = nccl on cuda, gloo on cpu.
+    # auto|gloo|nccl; auto = nccl when each worker has a GPU of its own, else gloo (CPU,
+    # or workers sharing a GPU: gloo all-reduces CUDA tensors through the host).
     dist_backend: str = "auto"
     # torch intra-op threads (and OMP_NUM_THREADS) per worker.
     threads_per_worker: int = 1

@@ -167,11 +167,18 @@ def resolve_device(name: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def resolve_backend(name: str, device: str) -> str:
-    """auto -> nccl on cuda, gloo on cpu."""
+def resolve_backend(name: str, device: str, local_workers: int = 1, gpus: int = 1) -> str:
+    """auto -> nccl on cuda when every local worker has a GPU of its own, else gloo (NCCL
+    refuses two ranks on one device; gloo all-reduces CUDA tensors through the host)."""
     if name != "auto":
         return name
-    return "nccl" if device == "cuda" else "gloo"
+    return "nccl" if device == "cuda" and local_workers <= gpus else "gloo"
+
+
+def process_group_backend(backend: str) -> str:
+    """What init_process_group gets: with NCCL, the control path's CPU tensors (flags,
+    metrics, per-rank timings) go over gloo in the same group."""
+    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
 
 
 def slurm_port(job_id: str) -> int:
@@ -197,7 +204,8 @@ def init_distributed(cfg: "DictConfig", environ: Optional[Mapping[str, str]] = N
         raise RuntimeError("not inside torchrun or srun: start workers with dreamddp-run")
     torch.set_num_threads(int(cfg.cluster.threads_per_worker))
     device_type = resolve_device(str(cfg.cluster.device))
-    backend = resolve_backend(str(cfg.cluster.dist_backend), device_type)
+    gpus = torch.cuda.device_count() if device_type == "cuda" else 0
+    backend = resolve_backend(str(cfg.cluster.dist_backend), device_type, env.local_world_size, gpus)
     if env.launcher == "srun":
         if not os.environ.get("MASTER_ADDR"):
             os.environ["MASTER_ADDR"] = slurm_node_addr(env.master_addr) if env.master_addr else "127.0.0.1"
@@ -212,7 +220,7 @@ def init_distributed(cfg: "DictConfig", environ: Optional[Mapping[str, str]] = N
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size,
+    dist.init_process_group(backend=process_group_backend(backend), rank=env.rank, world_size=env.world_size,
                             timeout=timedelta(seconds=float(cfg.cluster.timeout_s)))
     ranks = gather_ranks(env)
     host = share_host(cfg.cluster, env) if device_type == "cpu" else {}

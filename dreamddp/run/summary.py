@@ -39,9 +39,19 @@ def summarise(record, cfg, world_size: int) -> dict:
         "final_eval": record.data["evals"][-1] if record.data["evals"] else None,
         "train_time": sum(r["time"] for r in rows),  # training iterations only (no eval, no warm-up passes)
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # rank 0's process (Linux: KiB)
+        "peak_gpu_mib": _peak_gpu_mib(),
     }
     summary["text"] = render(summary)
     return summary
+
+
+def _peak_gpu_mib() -> float | None:
+    """torch.cuda.max_memory_allocated of rank 0's process, on a GPU run (None on CPU)."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return None
+    return torch.cuda.max_memory_allocated() / 2**20
 
 
 QUANTILES = [q / 20 for q in range(21)]  # 0, 5%, ..., 100%
@@ -85,6 +95,8 @@ def render(s: dict) -> str:
         f"  traffic           {s['bytes_per_iteration'] / 2**20:9.3f} MiB/iteration per worker (payload)",
         f"  throughput        {s['samples_per_second'] or 0:9.1f} samples/s",
         f"  peak memory       {s['peak_rss_mib']:9.1f} MiB (rank 0 resident)",
+        *([f"  peak GPU memory   {s['peak_gpu_mib']:9.1f} MiB (rank 0, torch.cuda.max_memory_allocated)"]
+          if s.get("peak_gpu_mib") is not None else []),
         f"  final train loss  {s['final_loss']:9.4f}",
         f"  final eval        {evs or 'n/a'}",
     ]

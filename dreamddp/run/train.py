@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from dreamddp import faults
 from dreamddp.run import checkpoint, dist_env, failures, preempt
 from dreamddp.algorithms import ALGORITHMS
-from dreamddp.checks import at_least
+from dreamddp.checks import at_least, choice
 from dreamddp.comm.communicator import Communicator
 from dreamddp.comm.links import build_link
 from dreamddp.data import build_data, data_args
@@ -42,7 +42,7 @@ from dreamddp.run.recorder import NullRecorder, recorder_for
 from dreamddp.run.summary import Progress, compute_summary, warmup_cut
 from dreamddp.warmup import Warmup
 
-
+MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
 PREDICTED_WINDOWS = 20  # windows the in-run prediction averages over (the skew is sampled)
 
 
@@ -52,6 +52,7 @@ def check(train) -> None:
         at_least(f"train.{key}", train[key], 1)
     for key in ("eval_every", "divergence_every", "checkpoint_every", "checkpoint_keep"):
         at_least(f"train.{key}", train[key], 0)
+    choice("train.matmul_precision", train.matmul_precision, MATMUL_PRECISIONS)
 
 
 def run_worker(cfg: DictConfig, run_dir: str) -> None:
@@ -107,6 +108,7 @@ class Run:
         cfg, ctx, mc, tc = self.cfg, self.ctx, self.cfg.model, self.cfg.train
         torch.set_num_threads(cfg.cluster.threads_per_worker)
         torch.manual_seed(cfg.seed)
+        torch.set_float32_matmul_precision(tc.matmul_precision)
         self.model = build_model(**model_args(cfg)).to(ctx.device)
         if self.recorder.active:  # rank 0: the model's size in the record, and one line at start
             model_summary = summarize(mc.name, mc.size, self.model)

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Everything results/gpu/ holds, measured on one lent GPU in one call, in priority order
+# under a deadline (a step that would not finish in time is skipped, and what ran comes back):
+#   1. the device and versions;  2. the CUDA test module (tests/test_cuda_timing.py);
+#   3. start-up profiles of GPT-2 124M and Llama-2 (paper presets), one worker, fp32 and TF32;
+#   4. make bench's segments (every algorithm, engine overhead, memory) with 2 workers sharing
+#      the GPU over gloo, comm/backward 7, H=10, TF32: GPT-2 and ResNet-18 timed, Llama-2 and
+#      ResNet-50 run side by side (every algorithm, Llama's memory), then GPT-2 and ResNet-18
+#      repetitions 2 and 3.
+# Run from the repository root after runners/gpu_pack.sh, on the device:
+#   OUT=/some/dir BUDGET_S=520 runners/gpu_run.sh
+# Results: $OUT/summary.txt, $OUT/env.txt, $OUT/cuda_tests.log, $OUT/gpu.tgz (run records,
+# profiles, logs).  SMOKE=1 runs the same steps on this host's CPU with tiny models (a check
+# of the script, not a measurement).
+set -u
+OUT=${OUT:?set OUT}
+W=${WORK:-/tmp/dreamddp_gpu}
+rm -rf "$W" && mkdir -p "$W" "$OUT"
+deadline=$(( $(date +%s) + ${BUDGET_S:-520} ))
+root=$(pwd)
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}:$root/.gpu_site"
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONUNBUFFERED=1 WANDB_MODE=disabled HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=1
+PY=${PY:-python3}
+if [ "${SMOKE:-0}" = 1 ]; then
+  DEV=cpu; PROFILE_SIZE=(model.size=tiny); BENCH_SIZE=(model.size=tiny); ITERS=12; ONE="data.block_size=32"
+else
+  DEV=cuda; PROFILE_SIZE=(); BENCH_SIZE=(); ITERS=22; ONE=""
+fi
+
+step() {  # step NAME CAP_S CMD...: runs CMD under min(CAP_S, time left), logs to $W/NAME.log
+  local name=$1 cap=$2 left t0 rc
+  shift 2
+  left=$(( deadline - $(date +%s) ))
+  [ "$cap" -gt "$left" ] && cap=$left
+  if [ "$cap" -lt 20 ]; then echo "$name: skipped (${left}s left)" | tee -a "$OUT/summary.txt"; return; fi
+  t0=$(date +%s)
+  timeout -k 10 "$cap" "$@" > "$W/$name.log" 2>&1
+  rc=$?
+  echo "$name: exit $rc in $(( $(date +%s) - t0 ))s (cap ${cap}s)" | tee -a "$OUT/summary.txt"
+  tail -n 4 "$W/$name.log" | sed 's/^/    /' | tee -a "$OUT/summary.txt"
+}
+
+{ date -u; nvidia-smi 2>&1 | head -20; $PY -c "import sys, torch, transformers
+print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)
+print('device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none')"; } > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+# 2. the CUDA test module (skips on the CPU)
+step cuda_tests 150 $PY -m pytest tests/test_cuda_timing.py -v -s -p no:cacheprovider
+cp "$W/cuda_tests.log" "$OUT/cuda_tests.log"
+
+# 3. profiles: one worker, the algorithm's start-up profile saved beside the run record
+for model in gpt2 llama2; do
+  for prec in highest high; do
+    step "profile_${model}_${prec}" 60 $PY -m dreamddp.cli algo=dreamddp model=$model model.size=paper \
+      "${PROFILE_SIZE[@]}" $ONE cluster.device=$DEV cluster.nproc=1 train.iterations=4 train.eval_every=0 \
+      train.progress=false train.matmul_precision=$prec warmup.profile_iterations=10 wandb.mode=disabled \
+      hydra.run.dir="$W/profiles/${model}_${prec}"
+  done
+done
+
+# 4. the algorithms side by side; records under $W/bench_<name>/runs/<model>/rep<k>/
+bench() {  # bench NAME MODEL REPS ITERATIONS [bench.py options...]
+  local name=$1 model=$2 reps=$3 iters=$4
+  shift 4
+  step "bench_${name}_r${reps}" 400 $PY runners/bench.py --preset paper --models "$model" --reps "$reps" --resume \
+    --nproc 2 --H 10 --ratio 7 --iterations "$iters" --calibration-iterations 6 --profile-iterations 2 \
+    --out "$W/bench_$name" "$@"
+}
+SET=(--set cluster.device=$DEV train.matmul_precision=high "${BENCH_SIZE[@]}")
+# timed, one job at a time: GPT-2 (with per-algorithm memory), ResNet-18
+bench gpt2 gpt2 1 $ITERS "${SET[@]}" $ONE
+bench resnet18 resnet18 1 $ITERS --no-memory "${SET[@]}" data=synthetic
+# every algorithm on the other two paper models, with Llama's memory; the two models run at
+# the same time (their iteration times are not comparisons), Llama's segments in two jobs
+# (fourteen 176M-parameter replicas per worker at once would not fit beside ResNet-50)
+LLAMA_A=(ssgd ascwfbp dear flsgd plsgd_enp streaming_diloco ddp@ideal)
+LLAMA_B=(dreamddp dreamddp+overlap dreamddp+general dreamddp+delay ssgd@ideal nosync@ideal plain@ideal)
+( bench llama2_a llama2 1 14 --only "${LLAMA_A[@]}" "${SET[@]}" $ONE
+  bench llama2_b llama2 1 14 --only "${LLAMA_B[@]}" "${SET[@]}" $ONE ) &
+bench resnet50 resnet50 1 14 --no-memory --port 29500 "${SET[@]}" data=synthetic
+wait
+# the medians: repetitions 2 and 3
+bench gpt2 gpt2 3 $ITERS "${SET[@]}" $ONE
+bench resnet18 resnet18 3 $ITERS --no-memory "${SET[@]}" data=synthetic
+
+tar czf "$OUT/gpu.tgz" -C "$W" --exclude='*.pt' --exclude='checkpoints' . 2>/dev/null
+ls -la "$OUT"
