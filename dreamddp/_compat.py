@@ -15,6 +15,7 @@ unavailable (calling one raises); nothing in dreamddp uses them.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 
 def _install() -> None:
@@ -27,6 +28,15 @@ def _install() -> None:
         return
     except (AttributeError, RuntimeError):
         pass
+    # Not loaded yet: load it as torchvision would.  Where it matches this torch (a CUDA
+    # build's torchvision) it defines the operators itself, and ours would clash with it.
+    compiled = next(Path(importlib.util.find_spec("torchvision").submodule_search_locations[0]).glob("_C*.so"), None)
+    if compiled is not None:
+        try:
+            torch.ops.load_library(str(compiled))
+            return
+        except (OSError, RuntimeError):
+            pass
     lib = torch.library.Library("torchvision", "DEF")  # noqa: F841  kept alive below
     for schema in _SCHEMAS:
         lib.define(schema)

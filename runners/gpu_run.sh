@@ -27,6 +27,11 @@ else
   DEV=cuda; PROFILE_SIZE=(); BENCH_SIZE=(); ITERS=22; ONE=""
 fi
 
+# STEPS: the groups to run (default all): tests profiles timed (GPT-2) resnet (the ResNets in
+# each group) other (Llama-2 at once beside ResNet-50) reps (repetitions 2 and 3)
+STEPS=" ${STEPS:-tests profiles timed resnet other reps} "
+want() { [[ "$STEPS" == *" $1 "* ]]; }
+
 step() {  # step NAME CAP_S CMD...: runs CMD under min(CAP_S, time left), logs to $W/NAME.log
   local name=$1 cap=$2 left t0 rc
   shift 2
@@ -46,11 +51,13 @@ print('device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 
 cat "$OUT/env.txt"
 
 # 2. the CUDA test module (skips on the CPU)
-step cuda_tests 150 $PY -m pytest tests/test_cuda_timing.py -v -s -p no:cacheprovider
-cp "$W/cuda_tests.log" "$OUT/cuda_tests.log"
+if want tests; then
+  step cuda_tests 150 $PY -m pytest tests/test_cuda_timing.py -v -s -p no:cacheprovider
+  cp "$W/cuda_tests.log" "$OUT/cuda_tests.log"
+fi
 
 # 3. profiles: one worker, the algorithm's start-up profile saved beside the run record
-for model in gpt2 llama2; do
+want profiles && for model in gpt2 llama2; do
   for prec in highest high; do
     step "profile_${model}_${prec}" 60 $PY -m dreamddp.cli algo=dreamddp model=$model model.size=paper \
       "${PROFILE_SIZE[@]}" $ONE cluster.device=$DEV cluster.nproc=1 train.iterations=4 train.eval_every=0 \
@@ -69,20 +76,26 @@ bench() {  # bench NAME MODEL REPS ITERATIONS [bench.py options...]
 }
 SET=(--set cluster.device=$DEV train.matmul_precision=high "${BENCH_SIZE[@]}")
 # timed, one job at a time: GPT-2 (with per-algorithm memory), ResNet-18
-bench gpt2 gpt2 1 $ITERS "${SET[@]}" $ONE
-bench resnet18 resnet18 1 $ITERS --no-memory "${SET[@]}" data=synthetic
+if want timed; then
+  bench gpt2 gpt2 1 $ITERS "${SET[@]}" $ONE
+  want resnet && bench resnet18 resnet18 1 $ITERS --no-memory "${SET[@]}" data=synthetic
+fi
 # every algorithm on the other two paper models, with Llama's memory; the two models run at
 # the same time (their iteration times are not comparisons), Llama's segments in two jobs
 # (fourteen 176M-parameter replicas per worker at once would not fit beside ResNet-50)
 LLAMA_A=(ssgd ascwfbp dear flsgd plsgd_enp streaming_diloco ddp@ideal)
 LLAMA_B=(dreamddp dreamddp+overlap dreamddp+general dreamddp+delay ssgd@ideal nosync@ideal plain@ideal)
-( bench llama2_a llama2 1 14 --only "${LLAMA_A[@]}" "${SET[@]}" $ONE
-  bench llama2_b llama2 1 14 --only "${LLAMA_B[@]}" "${SET[@]}" $ONE ) &
-bench resnet50 resnet50 1 14 --no-memory --port 29500 "${SET[@]}" data=synthetic
-wait
+if want other; then
+  bench llama2_a llama2 1 14 --only "${LLAMA_A[@]}" "${SET[@]}" $ONE &
+  bench llama2_b llama2 1 14 --only "${LLAMA_B[@]}" --port 29500 "${SET[@]}" $ONE &
+  want resnet && bench resnet50 resnet50 1 14 --no-memory --port 29600 "${SET[@]}" data=synthetic
+  wait
+fi
 # the medians: repetitions 2 and 3
-bench gpt2 gpt2 3 $ITERS "${SET[@]}" $ONE
-bench resnet18 resnet18 3 $ITERS --no-memory "${SET[@]}" data=synthetic
+if want reps; then
+  bench gpt2 gpt2 3 $ITERS "${SET[@]}" $ONE
+  want resnet && bench resnet18 resnet18 3 $ITERS --no-memory "${SET[@]}" data=synthetic
+fi
 
 tar czf "$OUT/gpu.tgz" -C "$W" --exclude='*.pt' --exclude='checkpoints' . 2>/dev/null
 ls -la "$OUT"

@@ -20,6 +20,7 @@ request to the workers (dreamddp.run.preempt), and a run that stopped so exits w
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -70,6 +71,14 @@ def worker_command(argv: list[str], run_dir: str) -> list[str]:
     return [sys.executable, "-m", "dreamddp.cli", *argv, f"hydra.run.dir={quote_override(run_dir)}"]
 
 
+@functools.cache
+def _torchrun_has(option: str) -> bool:
+    """Whether this torch's torchrun takes ``option`` (--shutdown-timeout is newer than 2.11)."""
+    from torch.distributed.run import get_args_parser
+
+    return any(option in action.option_strings for action in get_args_parser()._actions)
+
+
 def torchrun_command(cfg: DictConfig, run_dir: str, argv: list[str], port: int) -> list[str]:
     """torchrun's arguments, run through dreamddp.run.failures (which records how each rank ended).
 
@@ -81,7 +90,7 @@ def torchrun_command(cfg: DictConfig, run_dir: str, argv: list[str], port: int) 
         "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"127.0.0.1:{port}",
         "--max-restarts", str(cfg.cluster.max_restarts),
-        "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
+        *(["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)] if _torchrun_has("--shutdown-timeout") else []),
         *worker_command(argv, run_dir)[1:],  # torchrun runs the module with its own python
     ]
 
