@@ -222,8 +222,10 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
     memory = {label[: -len("@memory")]: s[label]["extra"]["memory"]["peak_bytes"]
               for s in reps.values() for label in s if label.endswith("@memory")}
     if memory:
-        lines += ["", "Peak live tensor memory per worker during training (torch profiler: every tensor the run "
-                  "allocated from building its model on, repetition 0):", "",
+        how = ("torch.cuda.max_memory_allocated of rank 0 during the training loop, less what its process held "
+               "before the segment was built" if next(iter(some.values()))["config"]["cluster"]["device"] == "cuda" else
+               "torch profiler: every tensor the run allocated from building its model on")
+        lines += ["", f"Peak live tensor memory per worker during training ({how}, repetition 0):", "",
                   "| algorithm | peak MiB | x plain | x nosync |", "|---|---|---|---|"]
         for label, peak in memory.items():
             vs = lambda ref: "n/a" if not memory.get(ref) else f"{peak / memory[ref]:.3f}"  # noqa: E731
@@ -239,8 +241,14 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
 
 
 def _emulation(rec: dict) -> str:
-    """How the host was shared (docs/bandwidth.md, "Emulating a cluster on a small CPU host")."""
+    """How the host was shared (docs/bandwidth.md, "Emulating a cluster on a small CPU host"),
+    or on a GPU run, which GPU the workers shared."""
     host, link = rec["extra"].get("host") or {}, rec["extra"]["link"]
+    if rec["config"]["cluster"]["device"] == "cuda":
+        gpus = rec.get("hardware", {}).get("gpus") or ["?"]
+        return (f"Device: {rec['summary']['workers']} workers sharing one {gpus[0]} over gloo "
+                f"({len(gpus)} GPU(s) on the host, {rec.get('hardware', {}).get('cores', '?')} cores); "
+                f"carrier {link.get('carrier', 'eager')}, matmul precision {rec['config']['train']['matmul_precision']}.")
     quota = f"compute threads capped at {host['cpu_quota']:g} cores" if host.get("cpu_quota") else \
         f"no CPU quota ({host.get('cpu_quota_note', 'not recorded')})"
     pinned = "pinned" if host.get("pinned") else "not pinned"
@@ -253,7 +261,8 @@ def write(runs: str, out: str) -> None:
     args = made["args"]
     data = load(runs)
     seconds = sum(job_seconds(segs) for reps in data.values() for segs in reps.values())
-    target = "make bench" if args.get("preset", "compute") == "compute" else "make bench-skew"
+    target = {"compute": "make bench", "small": "make bench-skew", "paper": "runners/gpu_run.sh on a GPU"}.get(
+        args.get("preset", "compute"), "runners/bench.py")
     lines = [f"# Benchmark: every algorithm side by side (`{target}`)", "",
              "Made by `python runners/bench.py` " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in args.items()
                                                            if k not in ("out", "quick", "models", "target")

@@ -18,6 +18,8 @@ compute alone: the authors' measured comm.json is for their own cluster.
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -48,6 +50,16 @@ def spearman(a: list[float], b: list[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+def unstamped_backward(record: Path) -> float | None:
+    """Median backward seconds of the run's loop iterations that stamped no unit (iteration % H != 0)."""
+    if not record.is_file():
+        return None
+    rec = json.loads(record.read_text())
+    H = rec["config"]["algo"].get("H") or 1
+    rows = [r["backward"] for r in rec["iterations"] if r["iteration"] % H]
+    return statistics.median(rows) if rows else None
+
+
 def on_link(profile: Profile, nbytes: dict[str, int], workers: int, gbps: float) -> Profile:
     """``profile`` with every unit's all-reduce time from its bytes (by name; 0 for a
     parameter-free layer) over a ring of ``workers`` at ``gbps``."""
@@ -73,12 +85,18 @@ def compare(model: str, ours: dict[str, Profile], authors: Profile, H: int, work
     common = [u for u in first.units if u in authors.bp]
     param_free = [u for u in authors.units if u not in first.bp]
     lines = [f"# {model}: our GPU profiles next to the authors' H100 profile", ""]
-    lines += ["| profile | units | backward ms | forward ms | step ms | backward / authors' |", "|---|---|---|---|---|---|"]
+    lines += ["| profile | units | backward ms | forward ms | step ms | backward / authors' | backward ms, loop iterations "
+              "without stamps |", "|---|---|---|---|---|---|---|"]
     a_total = sum(authors.bp.values())
     for label, p in [*ours.items(), ("authors H100", authors)]:
         b, f = sum(p.bp.values()), sum(p.fwd.values())
+        loop = p.meta.get("unstamped_backward")
         lines.append(f"| {label} | {len(p.units)} | {b * 1e3:.2f} | {f * 1e3:.2f} | {p.step_time * 1e3:.2f} | "
-                     f"{b / a_total:.2f} |")
+                     f"{b / a_total:.2f} | {'' if loop is None else f'{loop * 1e3:.2f}'} |")
+    lines += ["", "*backward ms* is the profile's: the median start-up pass, with the gradient readiness of every unit "
+              "stamped. *loop iterations without stamps*: the median backward of the same run's training iterations "
+              "that stamp nothing (run.json beside the profile; the runs before dreamddp.clock.Stamps synchronised "
+              "the device at every stamp, which the difference shows)."]
     rows = []
     for u in common:
         row = {"unit": u, "authors_ms": authors.bp[u] * 1e3, "mib": nbytes.get(u, 0) / 2**20}
@@ -144,6 +162,7 @@ def main(argv=None) -> int:
             if not sep:
                 raise ValueError(f"--ours {item}: expected LABEL=DIR")
             ours[label] = load_profile(path)
+            ours[label].meta["unstamped_backward"] = unstamped_backward(Path(path).parent / "run.json")
             if not ours[label].nbytes:
                 raise ValueError(f"--ours {item}: the profile has no nbytes.json (one of ours is needed)")
         authors = load_profile(args.authors)

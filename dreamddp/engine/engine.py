@@ -44,7 +44,7 @@ import functools
 import torch
 from torch import nn
 
-from dreamddp.clock import clock_for
+from dreamddp.clock import Stamps, clock_for
 from dreamddp.engine.divergence import divergence
 from dreamddp.engine.flat import FlatModel
 from dreamddp.engine.layout import UnitLayout
@@ -68,7 +68,7 @@ class PartialSyncEngine:
         self.stats = IterationStats(-1)
         self._plan_index: dict[int, tuple] = {}  # id(plan) -> (triggers, remaining template, forward launches)
         self._missing_template = [len(u.params) for u in units]
-        self._ready = [0.0] * len(units)
+        self._ready = Stamps(len(units), self.flat.params.device)  # per-unit gradient readiness (sampled)
         # In flight, by where they complete: (iteration, When) -> [(op, handle)], and
         # (iteration, unit) -> [(op, handle)] for BEFORE_FORWARD completions.
         self._due: dict[tuple[int, When], list] = {}
@@ -108,6 +108,8 @@ class PartialSyncEngine:
         self.stats = IterationStats(t, sampled=bool(self.sample_every) and t % self.sample_every == 0)
         self._stamp_ready = self.stats.sampled
         self.stats.start = self.clock()
+        if self._stamp_ready:
+            self._ready.begin(self.stats.start)
         if not self.algorithm.owns_grad_zeroing:
             self.flat.zero_grads()
         for i in self._forward_launch.get(None, ()):
@@ -143,7 +145,7 @@ class PartialSyncEngine:
             self.stats.add_record(rec)
         self.stats.end = self.clock()
         if self.stats.sampled:
-            self.stats.unit_ready = [r - self.stats.start for r in self._ready]
+            self.stats.unit_ready = self._ready.read()  # after the synchronising end stamp
         return self.stats
 
     def flush(self) -> None:
@@ -205,8 +207,8 @@ class PartialSyncEngine:
         self._missing[u] -= 1
         if self._missing[u]:
             return
-        if self._stamp_ready:  # sampled iterations only: on CUDA a stamp synchronises
-            self._ready[u] = self.clock()
+        if self._stamp_ready:  # sampled iterations only (on CUDA an event: the device runs on)
+            self._ready.mark(u)
         for i in self._triggers.get(u, ()):
             self._remaining[i] -= 1
             if self._remaining[i] == 0:

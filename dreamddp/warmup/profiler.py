@@ -38,6 +38,7 @@ from typing import Callable
 
 import torch
 
+from dreamddp.clock import Stamps
 from dreamddp.comm.gather import gather_by_rank
 from dreamddp.schedule.profile import Profile
 
@@ -50,19 +51,19 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
     fwd_unit = [[] for _ in units]
     bwd_unit = [[] for _ in units]
     fwd_tot, bwd_tot, steps = [], [], []
-    starts: dict[int, float] = {}
+    marks = Stamps(2 * len(units), engine.flat.params.device)  # per unit: forward start, end
     hooks = []
     timing = [False]  # per-unit forward hooks run on odd passes only, so even passes time forward unperturbed
 
-    clock = engine.clock  # on CUDA each stamp synchronises the device first
+    clock = engine.clock  # on CUDA each stamp synchronises the device first (per-unit marks do not)
 
     def pre(i, *_):
         if timing[0]:
-            starts[i] = clock()
+            marks.mark(2 * i)
 
     def post(i, *_):
         if timing[0]:
-            fwd_unit[i].append(clock() - starts[i])
+            marks.mark(2 * i + 1)
 
     for u in units:
         mod = model.get_submodule(u.name)
@@ -74,8 +75,14 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
             timing[0] = t >= warmup and (t - warmup) % 2 == 1
             engine.begin_iteration(t)
             t0 = clock()
+            marks.begin(t0)
             loss = loss_fn()
             t1 = clock()
+            if timing[0]:
+                at = marks.read()
+                for u in units:
+                    if at[2 * u.index + 1] > 0:
+                        fwd_unit[u.index].append(at[2 * u.index + 1] - at[2 * u.index])
             loss.backward()
             t2 = clock()
             engine.end_backward()

@@ -1,0 +1,98 @@
+"""results/gpu/side_by_side.md: the GPU benchmark's ratios next to the CPU one's and the paper's, and memory.
+
+    python runners/gpu_summary.py [--gpu results/gpu] [--cpu results/bench]
+
+Reads the reports' bench.csv (medians over repetitions, made by runners/bench_report.py)
+of every ``<gpu>/bench/<name>/`` and of the CPU ``make bench``, and the memory segments'
+run records; writes ``<gpu>/side_by_side.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from dreamddp.atomic import write_text
+
+ORDER = ("ssgd", "ascwfbp", "dear", "flsgd", "plsgd_enp", "streaming_diloco", "dreamddp", "dreamddp+overlap",
+         "dreamddp+general", "dreamddp+delay")
+
+
+def rows_of(csv_path: Path) -> dict[tuple[str, str], dict]:
+    if not csv_path.is_file():
+        return {}
+    with open(csv_path) as f:
+        return {(r["model"], r["algorithm"]): r for r in csv.DictReader(f)}
+
+
+def reps_of(bench_dir: Path, model: str) -> int:
+    return len(list((bench_dir / "runs" / model).glob("rep*")))
+
+
+def fmt(row: dict | None, key: str, digits: int = 2) -> str:
+    if row is None or row.get(key) in (None, "", "None"):
+        return "n/a"
+    return f"{float(row[key]):.{digits}f}"
+
+
+def memory(bench_dirs: list[Path], model: str) -> dict[str, float]:
+    """Peak bytes per algorithm from the memory segments of every job of ``model``."""
+    out = {}
+    for d in bench_dirs:
+        for rec in (d / "runs" / model / "rep0").glob("*@memory/run.json"):
+            r = json.loads(rec.read_text())
+            if r.get("status") == "completed":
+                out[rec.parent.name[: -len("@memory")]] = r["extra"]["memory"]["peak_bytes"]
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--gpu", default="results/gpu")
+    p.add_argument("--cpu", default="results/bench")
+    args = p.parse_args(argv)
+    gpu, cpu = Path(args.gpu), rows_of(Path(args.cpu) / "bench.csv")
+    benches = sorted(d for d in (gpu / "bench").iterdir() if (d / "bench.csv").is_file())
+    timed = {}
+    for d in benches:
+        for key, row in rows_of(d / "bench.csv").items():
+            timed.setdefault(key, (row, d))
+    lines = ["# The algorithms side by side: one H200 shared by 2 workers, next to the CPU and the paper", "",
+             "Each ratio is an algorithm's mean iteration time over DreamDDP's in the same job (median over the "
+             "job's repetitions), comm/backward 7, H=10. GPU: results/gpu/bench/<model>/ (TF32, paper sizes); "
+             "CPU: results/bench/ (`make bench`, model.size=compute, 2 workers on 2 cores); paper: the authors' "
+             "cost model on their A6000 profiles with the paper's 32-GPU multipliers. Made by "
+             "`python runners/gpu_summary.py`.", ""]
+    for model in ("gpt2", "resnet18", "resnet50"):
+        some = next((d for (m, _), (_, d) in timed.items() if m == model), None)
+        if some is None:
+            continue
+        n = reps_of(some, model)
+        lines += [f"## {model}", "", f"GPU: {n} repetition{'s' if n != 1 else ''}.", "",
+                  "| algorithm | GPU x DreamDDP | GPU predicted / measured | CPU x DreamDDP | paper x DreamDDP (modelled) |",
+                  "|---|---|---|---|---|"]
+        for algo in ORDER:
+            g = timed.get((model, algo), (None, None))[0]
+            c = cpu.get((model, algo))
+            lines.append(f"| {algo} | {fmt(g, 'x_dreamddp')} | {fmt(g, 'predicted_over_measured')} | "
+                         f"{fmt(c, 'x_dreamddp')} | {fmt(g, 'paper_x_dreamddp')} |")
+        lines.append("")
+    lines += ["## Peak GPU memory per worker", "",
+              "torch.cuda.max_memory_allocated of rank 0 during each algorithm's training loop, less what its "
+              "process held before (repetition 0; Llama-2's algorithms ran in two jobs).", "",
+              "| model | algorithm | peak MiB | x plain |", "|---|---|---|---|"]
+    for model in ("gpt2", "llama2"):
+        mem = memory([d for d in benches if d.name.startswith(model)], model)
+        plain = mem.get("plain@ideal")
+        for algo in sorted(mem):
+            ratio = f"{mem[algo] / plain:.3f}" if plain else "n/a"
+            lines.append(f"| {model} | {algo} | {mem[algo] / 2**20:.1f} | {ratio} |")
+    write_text(gpu / "side_by_side.md", "\n".join(lines) + "\n")
+    print(f"{gpu / 'side_by_side.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""The tools that made results/gpu/, run here on the committed records (no GPU needed).
+
+References: the committed reports (each regenerates byte-identically from its run
+records), the ring all-reduce's bytes on the wire, and rank correlation's definition.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "runners"))
+GPU = ROOT / "results" / "gpu"
+AUTHORS = ROOT.parent / "shared" / "reference" / "official-profiles" / "paper-v1" / "H100"
+
+
+def test_spearman_is_pearson_on_ranks_with_shared_ranks_for_ties():
+    gpu_profiles = importlib.import_module("gpu_profiles")
+    assert gpu_profiles.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert gpu_profiles.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # ties: ranks (1.5, 1.5, 3, 4) against (1, 2, 3, 4): Pearson of those ranks
+    assert gpu_profiles.spearman([5, 5, 7, 9], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)
+
+
+def test_profiles_on_a_link_take_the_ring_all_reduce_of_their_bytes():
+    gpu_profiles = importlib.import_module("gpu_profiles")
+    from dreamddp.schedule.profile import load_profile
+
+    prof = load_profile(GPU / "profiles" / "gpt2_high" / "profile")
+    linked = gpu_profiles.on_link(prof, prof.nbytes, 32, 10.0)
+    u = "transformer.h.0.mlp.c_fc"
+    assert linked.comm[u] == pytest.approx(2 * 31 / 32 * prof.nbytes[u] * 8 / 10e9)
+    assert gpu_profiles.on_link(prof, {}, 32, 10.0).comm[u] == 0.0  # a layer with no bytes of ours
+
+
+def test_side_by_side_regenerates_from_the_committed_reports(tmp_path):
+    shutil.copytree(GPU / "bench", tmp_path / "bench")
+    importlib.import_module("gpu_summary").main(["--gpu", str(tmp_path), "--cpu", str(ROOT / "results" / "bench")])
+    assert (tmp_path / "side_by_side.md").read_text() == (GPU / "side_by_side.md").read_text()
+
+
+@pytest.mark.skipif(not AUTHORS.is_dir(), reason="needs ../shared beside the checkout")
+@pytest.mark.parametrize("model", ["gpt2", "llama2"])
+def test_profile_tables_regenerate_from_the_committed_profiles(tmp_path, model):
+    gpu_profiles = importlib.import_module("gpu_profiles")
+    ours = [f"fp32={GPU / 'profiles' / f'{model}_highest' / 'profile'}",
+            f"tf32={GPU / 'profiles' / f'{model}_high' / 'profile'}"]
+    assert gpu_profiles.main(["--model", model, "--ours", *ours, "--authors", str(AUTHORS / model),
+                              "--out", str(tmp_path)]) == 0
+    assert (tmp_path / f"profiles_{model}.md").read_text() == (GPU / f"profiles_{model}.md").read_text()
+
+
+def test_gpu_bench_reports_regenerate_from_their_records(tmp_path):
+    bench_report = importlib.import_module("bench_report")
+    for name in ("gpt2", "resnet18"):
+        bench_report.write(str(GPU / "bench" / name / "runs"), str(tmp_path / name))
+        assert (tmp_path / name / "README.md").read_text() == (GPU / "bench" / name / "README.md").read_text()
+
+
+def test_bad_profile_arguments_are_one_line_errors(capsys):
+    gpu_profiles = importlib.import_module("gpu_profiles")
+    assert gpu_profiles.main(["--model", "gpt2", "--ours", "no-equals-sign", "--authors", "x"]) == 2
+    assert "expected LABEL=DIR" in capsys.readouterr().err
+
+
+def test_the_paper_preset_takes_every_paper_model_and_memory_can_be_left_out():
+    bench = importlib.import_module("bench")
+    args = bench.parse_args(["--preset", "paper", "--models", "llama2", "resnet50", "--no-memory", "--port", "29600",
+                             "--set", "cluster.device=cuda"])
+    spec = bench.job_spec(args, "llama2", 0, "/tmp/x")
+    assert spec["memory"] is False and "model.size=paper" in spec["base"] and "cluster.device=cuda" in spec["base"]
+    assert bench.job_spec(bench.parse_args(["--preset", "paper", "--models", "gpt2"]), "gpt2", 0, "/tmp/x")["memory"]
