@@ -14,7 +14,7 @@ SWEEP_WANDB ?= disabled
 RESULTS ?= results
 RUNS ?= $(RESULTS)/runs
 
-.PHONY: figures paper-cpu results-wandb scheduler-reference bench bench-skew simulator-accuracy merge-delay compute-split
+.PHONY: figures paper-cpu results-wandb scheduler-reference bench bench-skew simulator-accuracy merge-delay compute-split gpu gpu-reports
 
 BENCH_ARGS ?=
 
@@ -55,3 +55,15 @@ paper-cpu: venv ## run the CPU-scale studies (skips completed runs), collect the
 
 results-wandb: venv ## log the speedup tables of results/runs as W&B Tables (offline, under multirun/wandb-summary)
 	$(PY) -m dreamddp.results wandb --runs $(RUNS) --dir multirun/wandb-summary --mode offline
+
+GPU_OUT ?= gpu_out
+
+gpu: venv ## on a machine with a GPU: the measurements of results/gpu (CUDA tests, profiles, every algorithm) -> $(GPU_OUT)/ (~10 min)
+	OUT=$(GPU_OUT) PY=$(PY) bash runners/gpu_run.sh
+
+gpu-reports: venv ## results/gpu's reports again from its committed records (no GPU needed)
+	for b in results/gpu/bench/*/; do $(PY) runners/bench_report.py $$b; done
+	for m in gpt2 llama2; do $(PY) runners/gpu_profiles.py --model $$m --ours fp32=results/gpu/profiles/$${m}_highest/profile \
+	  tf32=results/gpu/profiles/$${m}_high/profile --authors ../shared/reference/official-profiles/paper-v1/H100/$$m \
+	  --out results/gpu >/dev/null; done
+	$(PY) runners/gpu_summary.py
