@@ -5,9 +5,10 @@ forward, a backward or a collective's ``wait()`` records when the host queued
 the work, not when the device finished it.  ``clock_for(device)`` returns the
 stamp function every timing site uses: the plain host clock on CPU, and on
 CUDA a device synchronisation followed by the host clock, so each stamp is
-taken after everything queued before it has run.  Synchronising costs host /
-device overlap, so the engine stamps per-unit gradient readiness only in its
-sampled iterations.
+taken after everything queued before it has run.  Synchronising stalls the
+device's queue, so points inside a pass (per-unit gradient readiness in the
+engine's sampled iterations, per-unit forward in the profiler) are ``Stamps``:
+CUDA events read once the pass's end has been stamped.
 """
 
 from __future__ import annotations
