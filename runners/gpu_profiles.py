@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from dreamddp.atomic import write_csv, write_text
-from dreamddp.comm.cost import ring_factor
+from dreamddp.comm.cost import collective_time
 from dreamddp.prediction import iteration_time_table
 from dreamddp.schedule.authors_model import aligned
 from dreamddp.schedule.dfs import dreamddp as authors_dfs
@@ -63,8 +63,7 @@ def unstamped_backward(record: Path) -> float | None:
 def on_link(profile: Profile, nbytes: dict[str, int], workers: int, gbps: float) -> Profile:
     """``profile`` with every unit's all-reduce time from its bytes (by name; 0 for a
     parameter-free layer) over a ring of ``workers`` at ``gbps``."""
-    k = ring_factor("all_reduce", workers) * 8 / (gbps * 1e9)
-    comm = {u: k * nbytes.get(u, 0) for u in profile.units}
+    comm = {u: collective_time("all_reduce", nbytes.get(u, 0), workers, gbps) for u in profile.units}
     meta = {**profile.meta, "world": workers, "gbps": gbps}
     return replace(profile, comm=comm, nbytes={u: nbytes.get(u, 0) for u in profile.units}, meta=meta)
 

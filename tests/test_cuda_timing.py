@@ -117,17 +117,18 @@ def _collectives_on_one_gpu(rank: int, world: int) -> dict:
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
     comm = Communicator()
-    n = 1000 * world
-    xs = [torch.randn(n, generator=torch.Generator().manual_seed(7 + r)).to(device) for r in range(world)]
+    k = 1000  # elements per rank's shard
+    xs = [torch.randn(k * world, generator=torch.Generator().manual_seed(7 + r)).to(device) for r in range(world)]
+    shards = [slice(r * k, (r + 1) * k) for r in range(world)]
     mean = torch.stack(xs).mean(0)
     x = xs[rank].clone()
     comm.all_reduce_avg(x).wait()
-    out = torch.empty(n // world, device=device)
+    out = torch.empty(k, device=device)
     comm.reduce_scatter_avg(xs[rank].clone(), out).wait()
-    gathered = torch.empty(n, device=device)
-    comm.all_gather(gathered, xs[rank][rank * (n // world):(rank + 1) * (n // world)].clone()).wait()
-    shard = slice(rank * (n // world), (rank + 1) * (n // world))
-    want_gather = torch.cat([xs[r][r * (n // world):(r + 1) * (n // world)] for r in range(world)])
+    gathered = torch.empty(k * world, device=device)
+    comm.all_gather(gathered, xs[rank][shards[rank]].clone()).wait()
+    shard = shards[rank]
+    want_gather = torch.cat([xs[r][shards[r]] for r in range(world)])
     return {"devices": {x.device.type, out.device.type, gathered.device.type},
             "all_reduce": (x - mean).abs().max().item(),
             "reduce_scatter": (out - mean[shard]).abs().max().item(),

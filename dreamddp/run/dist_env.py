@@ -216,7 +216,7 @@ def init_distributed(cfg: "DictConfig", environ: Optional[Mapping[str, str]] = N
         os.environ.update(RANK=str(env.rank), WORLD_SIZE=str(env.world_size))
         os.environ.update(LOCAL_RANK=str(env.local_rank))
     if device_type == "cuda":
-        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", env.local_rank % gpus)
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
