@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 from pathlib import Path
+
+import bench_report
 
 from dreamddp.atomic import write_text
 
@@ -27,25 +28,16 @@ def rows_of(csv_path: Path) -> dict[tuple[str, str], dict]:
         return {(r["model"], r["algorithm"]): r for r in csv.DictReader(f)}
 
 
-def reps_of(bench_dir: Path, model: str) -> int:
-    return len(list((bench_dir / "runs" / model).glob("rep*")))
-
-
 def fmt(row: dict | None, key: str, digits: int = 2) -> str:
     if row is None or row.get(key) in (None, "", "None"):
         return "n/a"
     return f"{float(row[key]):.{digits}f}"
 
 
-def memory(bench_dirs: list[Path], model: str) -> dict[str, float]:
-    """Peak bytes per algorithm from the memory segments of every job of ``model``."""
-    out = {}
-    for d in bench_dirs:
-        for rec in (d / "runs" / model / "rep0").glob("*@memory/run.json"):
-            r = json.loads(rec.read_text())
-            if r.get("status") == "completed":
-                out[rec.parent.name[: -len("@memory")]] = r["extra"]["memory"]["peak_bytes"]
-    return out
+def memory(jobs: list[dict], model: str) -> dict[str, float]:
+    """Peak bytes per algorithm from the memory segments of every job of ``model`` (repetition 0)."""
+    return {label[: -len("@memory")]: rec["extra"]["memory"]["peak_bytes"]
+            for job in jobs for label, rec in job.get(model, {}).get(0, {}).items() if label.endswith("@memory")}
 
 
 def main(argv=None) -> int:
@@ -54,7 +46,9 @@ def main(argv=None) -> int:
     p.add_argument("--cpu", default="results/bench")
     args = p.parse_args(argv)
     gpu, cpu = Path(args.gpu), rows_of(Path(args.cpu) / "bench.csv")
+    cpu_jobs = bench_report.load(str(Path(args.cpu) / "runs"))
     benches = sorted(d for d in (gpu / "bench").iterdir() if (d / "bench.csv").is_file())
+    jobs = {d: bench_report.load(str(d / "runs")) for d in benches}
     timed = {}
     for d in benches:
         for key, row in rows_of(d / "bench.csv").items():
@@ -63,28 +57,37 @@ def main(argv=None) -> int:
              "Each ratio is an algorithm's mean iteration time over DreamDDP's in the same job (median over the "
              "job's repetitions), comm/backward 7, H=10. GPU: results/gpu/bench/<model>/ (TF32, paper sizes); "
              "CPU: results/bench/ (`make bench`, model.size=compute, 2 workers on 2 cores); paper: the authors' "
-             "cost model on their A6000 profiles with the paper's 32-GPU multipliers. Made by "
+             "cost model on their A6000 profiles with the paper's 32-GPU multipliers. *bound / measured*: the "
+             "least time any plan of the algorithm's kind could take on that job's profile and link, over "
+             "the measured time (bench/<model>/README.md). Made by "
              "`python runners/gpu_summary.py`.", ""]
     for model in ("gpt2", "resnet18", "resnet50"):
         some = next((d for (m, _), (_, d) in timed.items() if m == model), None)
         if some is None:
             continue
-        n = reps_of(some, model)
-        lines += [f"## {model}", "", f"GPU: {n} repetition{'s' if n != 1 else ''}.", "",
-                  "| algorithm | GPU x DreamDDP | GPU predicted / measured | CPU x DreamDDP | paper x DreamDDP (modelled) |",
-                  "|---|---|---|---|---|"]
+        reps = jobs[some][model]
+        first = reps[min(reps)]
+        lines += [f"## {model}", "", f"GPU: {len(reps)} repetition{'s' if len(reps) != 1 else ''}. "
+                  + bench_report._emulation(next(iter(first.values()))) + " " + bench_report._split(first)]
+        if model in cpu_jobs:
+            cpu_first = cpu_jobs[model][min(cpu_jobs[model])]
+            lines += ["", "CPU: " + bench_report._split(cpu_first)]
+        lines += ["",
+                  "| algorithm | GPU x DreamDDP | GPU bound / measured | GPU predicted / measured | CPU x DreamDDP | "
+                  "CPU bound / measured | paper x DreamDDP (modelled) |", "|---|---|---|---|---|---|---|"]
         for algo in ORDER:
             g = timed.get((model, algo), (None, None))[0]
             c = cpu.get((model, algo))
-            lines.append(f"| {algo} | {fmt(g, 'x_dreamddp')} | {fmt(g, 'predicted_over_measured')} | "
-                         f"{fmt(c, 'x_dreamddp')} | {fmt(g, 'paper_x_dreamddp')} |")
+            lines.append(f"| {algo} | {fmt(g, 'x_dreamddp')} | {fmt(g, 'bound_over_measured')} | "
+                         f"{fmt(g, 'predicted_over_measured')} | {fmt(c, 'x_dreamddp')} | "
+                         f"{fmt(c, 'bound_over_measured')} | {fmt(g, 'paper_x_dreamddp')} |")
         lines.append("")
     lines += ["## Peak GPU memory per worker", "",
               "torch.cuda.max_memory_allocated of rank 0 during each algorithm's training loop, less what its "
               "process held before (repetition 0; Llama-2's algorithms ran in two jobs).", "",
               "| model | algorithm | peak MiB | x plain |", "|---|---|---|---|"]
     for model in ("gpt2", "llama2"):
-        mem = memory([d for d in benches if d.name.startswith(model)], model)
+        mem = memory([jobs[d] for d in benches if d.name.startswith(model)], model)
         plain = mem.get("plain@ideal")
         for algo in sorted(mem):
             ratio = f"{mem[algo] / plain:.3f}" if plain else "n/a"
