@@ -88,6 +88,9 @@ def segments(bucket_mb: float) -> list[dict]:
         seg("dreamddp+overlap", ["algo=dreamddp", "algo.overlap_forward=true"], schedule_from="dreamddp"),
         seg("dreamddp+general", ["algo=dreamddp", "algo.scheduler=general"]),
         seg("dreamddp+delay", ["algo=dreamddp", "algo.merge_delay=1"]),
+        # opt-in (--only names it): the delayed merge with its real collectives started at launch,
+        # so the late average has an iteration of slack for the slowest rank (results/bench_carrier)
+        seg("dreamddp+delay+eager", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=eager"], opt_in=True),
         seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
         seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
         seg("nosync@ideal", ["algo=nosync"], "ideal"),
@@ -129,7 +132,7 @@ def job_spec(args, model: str, rep: int, out: str) -> dict:
                  "train.progress=false", "wandb.mode=disabled", f"warmup.profile_iterations={args.profile_iterations}",
                  "data.eval_batches=2", f"seed={rep}", *args.set],
         "segments": rotated([s for s in segments(MODELS[args.preset][model]["bucket_mb"])
-                             if not args.only or s["label"] in args.only], rep),
+                             if (s["label"] in args.only if args.only else not s.get("opt_in"))], rep),
         "ratio": args.ratio,
         "iterations": args.iterations,
         "chunk": args.H,  # iterations of one segment per turn when they are interleaved: one window
@@ -195,7 +198,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=29400, help="rendezvous port of repetition 0 (k: + k)")
     p.add_argument("--no-memory", action="store_true", help="no memory segments (else in the first repetition)")
     p.add_argument("--quick", action="store_true", help="tiny models, for a smoke run of the pipeline")
-    p.add_argument("--only", nargs="+", metavar="LABEL", help="these segments only (e.g. flsgd dreamddp), to study a few")
+    p.add_argument("--only", nargs="+", metavar="LABEL", help="these segments only (e.g. flsgd dreamddp), to study a few; "
+                   "opt-in ones (dreamddp+delay+eager) run only when named here")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every segment")
     p.add_argument("--out", default="results/bench")
     p.add_argument("--resume", action="store_true",

@@ -2,13 +2,20 @@
 
 Everything comes from records of the same job (one process group, one link
 rate): the per-unit profile DreamDDP measured at start-up gives each unit's
-share of forward and backward; the ``nosync`` segment's steady state gives the
-compute totals (forward, backward, the rest of the iteration) and every rank's
-spread of compute time (its skew); each run's own record gives its link (rate,
-measured alpha) and its own plan (schedule, collectives, late merges).  The
-run being predicted contributes nothing else.
+share of forward and backward; the job's two compute-only runs (``nosync``:
+the engine with nothing to sync, ``plain``: no engine; both on the ideal link),
+pooled, give the compute totals (forward, backward, the rest of the iteration)
+and every rank's spread of compute time (its skew); each run's own record
+gives its link (rate, measured alpha) and its own plan (schedule, collectives,
+late merges).  The run being predicted contributes nothing else.
 
-- ``predict``: the simulator, skew sampled from the nosync ranks, over many windows,
+Why both compute-only runs: one run's compute drifts with the host (in one
+simulator-accuracy job nosync's backward ran 10.8% over plain's, interleaved
+in the same processes), and the engine's own cost between the two is within
+that noise (nosync / plain 0.97-1.00 in make bench); two interleaved samples
+of the same compute halve the reference's variance.
+
+- ``predict``: the simulator, skew sampled from the compute-only runs' ranks, over many windows,
   with the real transfer the run's deferred carrier exposes at its waits (as its
   start-up probe measured it);
 - ``own_compute``: the profile charged the run's own compute instead (a diagnostic);
@@ -39,7 +46,8 @@ from dreamddp.schedule.general import hiding_bound
 from dreamddp.schedule.profile import Profile, load_profile, scaled
 
 REFERENCE = "dreamddp"  # the segment whose start-up profile gives the per-unit shares
-NOSYNC = "nosync@ideal"  # the segment whose steady state gives compute and skew
+NOSYNC = "nosync@ideal"  # the engine with nothing to sync (its iteration: the compute-only one)
+COMPUTE_ONLY = (NOSYNC, "plain@ideal")  # the segments whose steady state, pooled, gives compute and skew
 WINDOWS = 20  # windows the skewed prediction averages over
 
 
@@ -53,14 +61,25 @@ def timed_mean(rec: dict, field: str) -> float:
     return statistics.fmean(r[field] for r in timed(rec))
 
 
-def steady_profile(segs: dict) -> Profile | None:
-    """DreamDDP's per-unit profile with forward, backward and step set to the nosync run's
-    steady state (medians over its timed iterations)."""
+def reference_rows(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> list[dict]:
+    """The timed iterations of the job's compute-only runs, pooled (module docstring); ``labels``:
+    which of them (simulator_accuracy shows what nosync alone would predict)."""
+    return [r for label in labels if label in segs for r in timed(segs[label])]
+
+
+def reference_mean(segs: dict, field: str, labels: tuple[str, ...] = COMPUTE_ONLY) -> float:
+    """Mean of one per-iteration field over the compute-only runs' timed iterations."""
+    return statistics.fmean(r[field] for r in reference_rows(segs, labels))
+
+
+def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profile | None:
+    """DreamDDP's per-unit profile with forward, backward and step set to the compute-only
+    runs' steady state (means over their timed iterations)."""
     if REFERENCE not in segs or NOSYNC not in segs:
         return None
     profile = load_profile(os.path.join(segs[REFERENCE]["_dir"], "profile"))
-    rows = timed(segs[NOSYNC])
-    fwd, bwd = timed_mean(segs[NOSYNC], "forward"), timed_mean(segs[NOSYNC], "backward")
+    rows = reference_rows(segs, labels)
+    fwd, bwd = (statistics.fmean(r[f] for r in rows) for f in ("forward", "backward"))
     rest = statistics.fmean(r["time"] - r["wait"] - r["forward"] - r["backward"] for r in rows)
     fs, bs = fwd / sum(profile.fwd.values()), bwd / sum(profile.bp.values())
     return replace(profile, fwd={u: v * fs for u, v in profile.fwd.items()},
@@ -77,10 +96,13 @@ def own_compute(rec: dict, profile: Profile) -> Profile:
     return replace(scaled(profile, bp=k), step_time=profile.step_time * k)
 
 
-def nosync_skew(segs: dict, profile: Profile, seed: int = 0):
-    """Every rank's compute per iteration (quantiles recorded by the nosync run)."""
-    by_rank = segs[NOSYNC]["extra"].get("compute_by_rank") or []
-    return skew_of([r["quantiles"] for r in by_rank], profile, seed) if len(by_rank) > 1 else None
+def reference_skew(segs: dict, profile: Profile, seed: int = 0, labels: tuple[str, ...] = COMPUTE_ONLY):
+    """Every rank's compute per iteration: the quantiles the compute-only runs recorded, a rank's
+    from both runs together."""
+    runs = [segs[label]["extra"].get("compute_by_rank") or [] for label in labels if label in segs]
+    ranks = min((len(r) for r in runs), default=0)
+    by_rank = [[q for r in runs for q in r[i]["quantiles"]] for i in range(ranks)]
+    return skew_of(by_rank, profile, seed) if ranks > 1 else None
 
 
 def _simulate(rec: dict, profile: Profile, skew, windows: int, real: bool):

@@ -28,7 +28,7 @@ from dreamddp.schedule.profile import load_profile, scaled
 
 REFERENCE = bp.REFERENCE
 TIMED = ["ssgd", "ascwfbp", "dear", "flsgd", "plsgd_enp", "streaming_diloco", "dreamddp", "dreamddp+overlap",
-         "dreamddp+general", "dreamddp+delay"]
+         "dreamddp+general", "dreamddp+delay", "dreamddp+delay+eager"]
 IDEAL = ["ddp@ideal", "ssgd@ideal", "nosync@ideal", "plain@ideal"]
 # The paper's 32-GPU table: A6000 profiles x (backward, comm) multipliers (PAPER.md; the artifact README).
 PAPER_PROFILES = {"gpt2": ("paper-v1/A6000/gpt2", 10.0, 5.0), "resnet18": ("paper-v1/A6000/resnet18", 2.0, 1.0),
@@ -103,7 +103,7 @@ def per_rep(reps: dict) -> dict:
     out: dict = {}
     for r, segs in reps.items():
         profile = bp.steady_profile(segs)
-        skew = bp.nosync_skew(segs, profile) if profile else None
+        skew = bp.reference_skew(segs, profile) if profile else None
         for label in TIMED:
             rec = segs.get(label)
             if rec is None:
@@ -298,8 +298,9 @@ _READING = """## How to read it
   whole iteration would show), for the others their own plan with every rank computing alike.
   *plan, no skew*: the same for the plan the run actually ran (its schedule).
 - *predicted*: the simulator (dreamddp/schedule/simulator.py) on the job's own measurements: the
-  DreamDDP segment's per-unit profile, the nosync segment's steady compute and every rank's spread
-  of it (sampled: a sync point waits for the slowest rank), the link as recorded, the run's plan,
+  DreamDDP segment's per-unit profile, the steady compute of the two compute-only segments
+  (nosync@ideal and plain@ideal, pooled: one run's compute drifts with the host) and every rank's
+  spread of it (sampled: a sync point waits for the slowest rank), the link as recorded, the run's plan,
   and the real transfer its deferred carrier runs at the first wait (gloo's all-reduces probed at
   the run's start-up, `extra.link.real_transfer_ms`).
 - Runs are interleaved one H-window at a time inside each job, so every algorithm samples the

@@ -1,0 +1,74 @@
+"""The benchmark reports' compute reference (runners/bench_predict.py): the job's two compute-only
+runs pooled, their timed iterations and every rank's quantiles, exact on hand-made records; and
+the opt-in segment that runs only when ``--only`` names it."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dreamddp.schedule.profile import Profile, save_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def runners(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "runners"))
+    return importlib.import_module("bench_predict"), importlib.import_module("bench")
+
+
+def record(forward: float, backward: float, rest: float, quantiles: list[list[float]]) -> dict:
+    """Ten iterations (the first one untimed: summary.warmup_cut) at the given compute."""
+    rows = [{"time": 9.0, "wait": 0.0, "forward": 9.0, "backward": 9.0}]  # warm-up: must not count
+    rows += [{"time": forward + backward + rest, "wait": 0.0, "forward": forward, "backward": backward}] * 9
+    return {"iterations": rows, "extra": {"compute_by_rank": [{"quantiles": q} for q in quantiles]}}
+
+
+def job(tmp_path) -> dict:
+    profile = Profile(units=["b", "a"], bp={"b": 1.0, "a": 3.0}, comm={"b": 0.0, "a": 0.0},
+                      fwd={"a": 1.0, "b": 1.0}, nbytes={"a": 4, "b": 4}, step_time=0.5)
+    save_profile(profile, tmp_path / "profile")
+    return {"dreamddp": {"_dir": str(tmp_path)},
+            "nosync@ideal": record(0.10, 0.20, 0.01, [[0.30, 0.32], [0.34, 0.36]]),
+            "plain@ideal": record(0.14, 0.24, 0.03, [[0.40], [0.42]])}
+
+
+def test_the_reference_pools_both_compute_only_runs(tmp_path, runners):
+    bp, _ = runners
+    segs = job(tmp_path)
+    assert len(bp.reference_rows(segs)) == 18
+    assert bp.reference_mean(segs, "backward") == pytest.approx(0.22)
+    assert bp.reference_mean(segs, "backward", (bp.NOSYNC,)) == pytest.approx(0.20)
+
+    steady = bp.steady_profile(segs)  # the per-unit shares kept, the totals the pooled means
+    assert sum(steady.fwd.values()) == pytest.approx(0.12) and steady.fwd["a"] == pytest.approx(0.06)
+    assert sum(steady.bp.values()) == pytest.approx(0.22) and steady.bp["a"] == pytest.approx(0.165)
+    assert steady.step_time == pytest.approx(0.02)
+    alone = bp.steady_profile(segs, (bp.NOSYNC,))
+    assert sum(alone.bp.values()) == pytest.approx(0.20) and alone.step_time == pytest.approx(0.01)
+
+    # every rank's samples from both runs, over the pooled profile's compute (0.36 s)
+    skew = bp.reference_skew(segs, steady)
+    np.testing.assert_allclose(skew.factors[0], np.array([0.30, 0.32, 0.40]) / 0.36)
+    np.testing.assert_allclose(skew.factors[1], np.array([0.34, 0.36, 0.42]) / 0.36)
+    only = bp.reference_skew(segs, alone, labels=(bp.NOSYNC,))
+    np.testing.assert_allclose(only.factors[1], np.array([0.34, 0.36]) / 0.31)
+
+    del segs["plain@ideal"]  # a job without plain (--only): nosync alone
+    assert sum(bp.steady_profile(segs).bp.values()) == pytest.approx(0.20)
+
+
+def test_an_opt_in_segment_runs_only_when_named(runners):
+    _, bench = runners
+    args = bench.parse_args(["--models", "gpt2"])
+    labels = [s["label"] for s in bench.job_spec(args, "gpt2", 0, "out")["segments"]]
+    assert "dreamddp+delay" in labels and "dreamddp+delay+eager" not in labels
+    named = bench.job_spec(argparse.Namespace(**{**vars(args), "only": ["flsgd", "dreamddp+delay+eager"]}),
+                           "gpt2", 0, "out")["segments"]
+    assert sorted(s["label"] for s in named) == ["dreamddp+delay+eager", "flsgd"]
+    assert "bandwidth.carrier=eager" in next(s for s in named if s["label"] == "dreamddp+delay+eager")["overrides"]
