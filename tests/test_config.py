@@ -219,6 +219,16 @@ def test_cuda_without_cuda_is_refused(compose_cfg):
         validate(compose_cfg(["cluster.device=cuda"]))
 
 
+def test_nccl_with_more_workers_than_gpus_is_refused(compose_cfg, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    cfg = compose_cfg(["cluster.device=cuda", "cluster.dist_backend=nccl", "cluster.nproc=2"])
+    with pytest.raises(ConfigError, match=r"^cluster.dist_backend=nccl: 2 workers on 1 GPU\(s\).*dist_backend=auto"):
+        validate(cfg)
+
+
 def test_offline_data_is_refused_with_alternative(compose_cfg):
     cfg = compose_cfg(["model=resnet18", "data=cifar10"])
     if not _needs_network(cfg):

@@ -72,8 +72,10 @@ def _check_device(cfg: DictConfig) -> None:
     if not torch.cuda.is_available():
         key, value = ("cluster.device", c.device) if c.device == "cuda" else ("cluster.dist_backend", c.dist_backend)
         raise ConfigError(f"{key}={value}: CUDA is not available on this host; use cluster.device=cpu")
+    from dreamddp.run.dist_env import nccl_fits
+
     gpus = torch.cuda.device_count()
-    if c.name == "local" and c.dist_backend == "nccl" and c.nproc > gpus:
+    if c.name == "local" and c.dist_backend == "nccl" and not nccl_fits(c.nproc, gpus):
         raise ConfigError(f"cluster.dist_backend=nccl: {c.nproc} workers on {gpus} GPU(s), and NCCL refuses two ranks "
                           f"on one device; use cluster.dist_backend=auto (gloo when workers share a GPU)")
 

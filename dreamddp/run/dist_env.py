@@ -167,12 +167,17 @@ def resolve_device(name: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def nccl_fits(local_workers: int, gpus: int) -> bool:
+    """Whether every local worker has a GPU of its own: NCCL refuses two ranks on one device."""
+    return local_workers <= gpus
+
+
 def resolve_backend(name: str, device: str, local_workers: int = 1, gpus: int = 1) -> str:
-    """auto -> nccl on cuda when every local worker has a GPU of its own, else gloo (NCCL
-    refuses two ranks on one device; gloo all-reduces CUDA tensors through the host)."""
+    """auto -> nccl on cuda when every local worker has a GPU of its own, else gloo (gloo
+    all-reduces CUDA tensors through the host)."""
     if name != "auto":
         return name
-    return "nccl" if device == "cuda" and local_workers <= gpus else "gloo"
+    return "nccl" if device == "cuda" and nccl_fits(local_workers, gpus) else "gloo"
 
 
 def process_group_backend(backend: str) -> str:
