@@ -198,8 +198,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=29400, help="rendezvous port of repetition 0 (k: + k)")
     p.add_argument("--no-memory", action="store_true", help="no memory segments (else in the first repetition)")
     p.add_argument("--quick", action="store_true", help="tiny models, for a smoke run of the pipeline")
-    p.add_argument("--only", nargs="+", metavar="LABEL", help="these segments only (e.g. flsgd dreamddp), to study a few; "
-                   "opt-in ones (dreamddp+delay+eager) run only when named here")
+    p.add_argument("--only", nargs="+", metavar="LABEL",
+                   help="these segments only (e.g. flsgd dreamddp), to study a few; "
+                        "opt-in ones (dreamddp+delay+eager) run only when named here")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every segment")
     p.add_argument("--out", default="results/bench")
     p.add_argument("--resume", action="store_true",

@@ -12,8 +12,9 @@ late merges).  The run being predicted contributes nothing else.
 Why both compute-only runs: one run's compute drifts with the host (in one
 simulator-accuracy job nosync's backward ran 10.8% over plain's, interleaved
 in the same processes), and the engine's own cost between the two is within
-that noise (nosync / plain 0.97-1.00 in make bench); two interleaved samples
-of the same compute halve the reference's variance.
+that noise (nosync / plain, medians: 0.99-1.00 in make bench, 0.97-1.01 in
+make bench-skew); the mean of two interleaved samples of the same compute
+has half the variance of one.
 
 - ``predict``: the simulator, skew sampled from the compute-only runs' ranks, over many windows,
   with the real transfer the run's deferred carrier exposes at its waits (as its

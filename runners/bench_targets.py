@@ -128,8 +128,8 @@ def _skew_reason(model: str, j: dict) -> str:
     if delay is None or flsgd is None:
         return f"- {model} dreamddp+delay vs flsgd: no prediction to split the skew from the rest."
     return (f"- {model} dreamddp+delay vs flsgd: the ranks' skew costs dreamddp+delay {delay:.1f} ms per iteration "
-            f"and flsgd {flsgd:.1f} ms (predicted from the compute-only runs' ranks' spread): its late averages travel at the "
-            f"next wait (the deferred carrier), where every rank must be, every iteration, while flsgd meets once "
+            f"and flsgd {flsgd:.1f} ms (predicted from the compute-only runs' ranks' spread): its late averages "
+            f"travel at the next wait (the deferred carrier), where every rank must be, every iteration, while flsgd meets once "
             f"per window.")
 
 

@@ -6,8 +6,8 @@ all-reduce of all parameters over the steady backward pass (``--ratios``).
 For every timed run the simulator predicts its mean iteration time from the
 same job's measurements only (runners/bench_predict.py: DreamDDP's per-unit
 profile, the compute of the job's two compute-only runs (nosync and plain,
-pooled) and every rank's spread of it, the recorded link, the run's own plan), and the run's own in-run prediction
-(its start-up profile, ``summary.predicted``) is shown where it made one.
+pooled) and every rank's spread of it, the recorded link, the run's own
+plan), and the run's own in-run prediction (its start-up profile, ``summary.predicted``) is shown where it made one.
 The table: predicted vs measured per run, median and 95th-percentile absolute
 error, and whether the simulator orders the algorithms as measured in every
 configuration (where it does not, the swapped pairs and how far apart they
@@ -126,8 +126,8 @@ def _nosync_only_line(rows: list[dict]) -> str:
     """What the same predictions give with one compute-only run (nosync) as the reference."""
     errors = [abs(r["nosync_only_error"]) for r in rows]
     return (f"With nosync alone as the compute reference (column *nosync only*) the error is median "
-            f"{statistics.median(errors):.1%}, 95th percentile {_quantile(errors, 0.95):.1%}: the difference is the reference's "
-            "own drift (one run's compute moves with the host), which pooling the two compute-only runs reduces.")
+            f"{statistics.median(errors):.1%}, 95th percentile {_quantile(errors, 0.95):.1%}: the difference is "
+            "the reference's own drift (one run's compute moves with the host), which pooling the two compute-only runs reduces.")
 
 
 def accuracy(rows: list[dict], error: str = "error", predicted: str = "predicted_s") -> tuple:
@@ -172,8 +172,8 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
              "`make bench`'s own); the prediction of each run uses only that job's measurements: DreamDDP's per-unit "
              "profile, the steady compute of the job's two compute-only runs, pooled (nosync: the engine with "
              "nothing to sync; plain: no engine; both on the ideal link, interleaved with the rest) and every "
-             "rank's spread of it (the simulator samples it: a sync point waits for the slowest rank), the recorded link (rate and measured alpha), the run's "
-             "own plan, and the real transfer its deferred carrier runs when a worker first waits (gloo's "
+             "rank's spread of it (the simulator samples it: a sync point waits for the slowest rank), the "
+             "recorded link (rate and measured alpha), the run's own plan, and the real transfer its deferred carrier runs when a worker first waits (gloo's "
              "all-reduces of 256 KiB to 16 MiB probed at the run's start-up: on a fast emulated link it, not the "
              "link, is what a wait waits for). *no skew*: the same without the ranks' spread. *link only*: no skew "
              "and no real transfer. *nosync only*: the error with nosync alone as the compute reference (one run's "
@@ -182,8 +182,8 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
              f"**{len(rows)} runs: median absolute error {med:.1%} (target {TARGETS['median']:.0%}), 95th percentile "
              f"{p95:.1%} (target {TARGETS['p95']:.0%}); the simulator orders the algorithms as measured in "
              f"{right} of {n} configurations, and in {ties} of {n} when runs measured within {TIE:.0%} of each "
-             "other (the repetitions' spread) count as ties.**", "", _compute_line(rows), "", _nosync_only_line(rows), "",
-             _own_compute_line(rows), "",
+             "other (the repetitions' spread) count as ties.**", "", _compute_line(rows), "",
+             _nosync_only_line(rows), "", _own_compute_line(rows), "",
              "| model | comm/backward | rep | algorithm | measured s | predicted s | error | no skew s | link only s "
              "| nosync only | in-run s | waited beyond the link (ms) | backward x reference | own compute s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -192,7 +192,8 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
         late = "n/a" if r["late_ms"] is None else f"{r['late_ms']:.1f}"
         lines.append(f"| {r['model']} | {r['ratio']:g} | {r['rep']} | {r['algorithm']} | {r['measured_s']:.4f} | "
                      f"{r['predicted_s']:.4f} | {r['error']:+.1%} | {r['no_skew_s']:.4f} | {r['link_only_s']:.4f} | "
-                     f"{r['nosync_only_error']:+.1%} | {in_run} | {late} | {r['backward_x_reference']:.3f} | {r['own_compute_s']:.4f} ({r['own_error']:+.1%}) |")
+                     f"{r['nosync_only_error']:+.1%} | {in_run} | {late} | {r['backward_x_reference']:.3f} | "
+                     f"{r['own_compute_s']:.4f} ({r['own_error']:+.1%}) |")
     lines += ["", "Ranking, per configuration:", "",
               f"| model | comm/backward | rep | same order | same order, ties within {TIE:.0%} | swapped pairs (measured gap) |",
               "|---|---|---|---|---|---|"]
