@@ -94,8 +94,9 @@ def compare(model: str, ours: dict[str, Profile], authors: Profile, H: int, work
                      f"{b / a_total:.2f} | {'' if loop is None else f'{loop * 1e3:.2f}'} |")
     lines += ["", "*backward ms* is the profile's: the median start-up pass, with the gradient readiness of every unit "
               "stamped. *loop iterations without stamps*: the median backward of the same run's training iterations "
-              "that stamp nothing (run.json beside the profile; the runs before dreamddp.clock.Stamps synchronised "
-              "the device at every stamp, which the difference shows)."]
+              "that stamp nothing (run.json beside the profile): the two agree when stamping costs the device "
+              "nothing (before dreamddp.clock.Stamps took CUDA events, a synchronisation at every stamp "
+              "stretched the pass)."]
     rows = []
     for u in common:
         row = {"unit": u, "authors_ms": authors.bp[u] * 1e3, "mib": nbytes.get(u, 0) / 2**20}

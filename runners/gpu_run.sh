@@ -91,9 +91,10 @@ if want other; then
   want resnet && bench resnet50 resnet50 1 14 --no-memory --port 29600 "${SET[@]}" data=synthetic
   wait
 fi
-# the medians: repetitions 2 and 3
+# the medians: repetitions 2 and 3 (REPS_OPTS adds bench.py options, e.g. --no-memory when a
+# machine's time allows three repetitions but not the memory segments again)
 if want reps; then
-  bench gpt2 gpt2 3 $ITERS "${SET[@]}" $ONE
+  bench gpt2 gpt2 3 $ITERS ${REPS_OPTS:-} "${SET[@]}" $ONE
   want resnet && bench resnet18 resnet18 3 $ITERS --no-memory "${SET[@]}" data=synthetic
 fi
 

@@ -82,12 +82,17 @@ def main(argv=None) -> int:
                          f"{fmt(g, 'predicted_over_measured')} | {fmt(c, 'x_dreamddp')} | "
                          f"{fmt(c, 'bound_over_measured')} | {fmt(g, 'paper_x_dreamddp')} |")
         lines.append("")
+    # the jobs that measured memory need not be those whose times the tables above show
+    sources = {model: [d for d in benches if d.name.startswith(model) and memory([jobs[d]], model)]
+               for model in ("gpt2", "llama2")}
     lines += ["## Peak GPU memory per worker", "",
               "torch.cuda.max_memory_allocated of rank 0 during each algorithm's training loop, less what its "
-              "process held before (repetition 0; Llama-2's algorithms ran in two jobs).", "",
+              "process held before (repetition 0), from the jobs that measured it: "
+              + "; ".join(f"{model} bench/{', bench/'.join(d.name for d in dirs)}"
+                          for model, dirs in sources.items() if dirs) + ".", "",
               "| model | algorithm | peak MiB | x plain |", "|---|---|---|---|"]
-    for model in ("gpt2", "llama2"):
-        mem = memory([jobs[d] for d in benches if d.name.startswith(model)], model)
+    for model, dirs in sources.items():
+        mem = memory([jobs[d] for d in dirs], model)
         plain = mem.get("plain@ideal")
         for algo in sorted(mem):
             ratio = f"{mem[algo] / plain:.3f}" if plain else "n/a"
