@@ -131,12 +131,14 @@ def in_flight_bytes(rec: dict | None) -> int | None:
     return max(sum(per[(h - k) % len(per)] for k in range(d)) for h in range(len(per)))
 
 
-def times_to_target(reps: dict) -> tuple[float, dict]:
+def times_to_target(reps: dict) -> tuple[float | None, dict]:
     """(target, {label: [seconds per repetition or None]}) on the smoothed training loss
     (results/target.py): the target is the highest final value among the timed runs, so
     every one of them reaches it."""
     curves = {(r, label): train_loss_points(segs[label]["iterations"])
               for r, segs in reps.items() for label in TIMED if label in segs}
+    if not curves:  # a job of the ideal-link segments alone (--only nosync@ideal plain@ideal)
+        return None, {}
     target = max(points[-1][1] for points in curves.values())
     out: dict = {}
     for (r, label), points in curves.items():
@@ -179,11 +181,13 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
         f"(S-SGD's exposed wait / its backward): {fmt_spread(median_spread(comm_backward), 2)}. Alpha (one collective): "
         f"{rec['extra']['link']['alpha_ms']:.2f} ms. {_emulation(rec)} {_split(some)}",
         "",
+    ]
+    lines += [
         "| algorithm | iteration s | x DreamDDP (measured) | x DreamDDP (paper, modelled) | x DreamDDP (authors' model, "
         "this profile) | bound s | bound / measured | plan, no skew / measured | predicted / measured "
         f"| waited beyond the link model (ms) | time to loss {target:.3f} (s) | x DreamDDP (time to target) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    ] if target is not None else ["No algorithm on the emulated link in this job: the engine overhead alone."]
     rows, judged = [], {}
     for label in TIMED:
         if label not in stats:

@@ -64,3 +64,16 @@ def test_quick_bench_writes_its_report_and_resume_keeps_the_completed_job(tmp_pa
                                  capture_output=True, text=True, timeout=120)
     assert report_only.returncode == 0, report_only.stdout + report_only.stderr
     assert "| flsgd |" in (subset / "README.md").read_text()
+
+    # The ideal-link segments alone (--only nosync@ideal plain@ideal: the engine's overhead) get a
+    # report too, whose targets say what the job left out instead of judging them missed.
+    overhead = tmp_path.parent / "overhead"
+    shutil.copytree(subset, overhead)
+    for label in ("flsgd", "flsgd@memory"):
+        shutil.rmtree(overhead / "runs" / "gpt2" / "rep0" / label)
+    report_only = subprocess.run([sys.executable, str(ROOT / "runners" / "bench_report.py"), str(overhead)], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=120)
+    assert report_only.returncode == 0, report_only.stdout + report_only.stderr
+    text = (overhead / "README.md").read_text()
+    assert "No algorithm on the emulated link in this job" in text and "| flsgd |" not in text
+    assert "| ssgd <= 1.05 x ddp (gpt2) | not in this job | - |" in text and "| NO |" not in text
