@@ -93,6 +93,9 @@ def segments(bucket_mb: float) -> list[dict]:
         seg("dreamddp+delay+eager", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=eager"], opt_in=True),
         seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
         seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
+        # opt-in: DDP's like for like (buckets all-reduced as backward makes them), where S-SGD
+        # all-reduces after backward by definition
+        seg("ascwfbp@ideal", ["algo=ascwfbp", buckets], "ideal", memory=False, opt_in=True),
         seg("nosync@ideal", ["algo=nosync"], "ideal"),
         seg("plain@ideal", ["algo=plain"], "ideal"),
     ]
@@ -200,7 +203,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny models, for a smoke run of the pipeline")
     p.add_argument("--only", nargs="+", metavar="LABEL",
                    help="these segments only (e.g. flsgd dreamddp), to study a few; "
-                        "opt-in ones (dreamddp+delay+eager) run only when named here")
+                        "opt-in ones (dreamddp+delay+eager, ascwfbp@ideal) run only when named here")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every segment")
     p.add_argument("--out", default="results/bench")
     p.add_argument("--resume", action="store_true",

@@ -29,7 +29,10 @@ from dreamddp.schedule.profile import load_profile, scaled
 REFERENCE = bp.REFERENCE
 TIMED = ["ssgd", "ascwfbp", "dear", "flsgd", "plsgd_enp", "streaming_diloco", "dreamddp", "dreamddp+overlap",
          "dreamddp+general", "dreamddp+delay", "dreamddp+delay+eager"]
-IDEAL = ["ddp@ideal", "ssgd@ideal", "nosync@ideal", "plain@ideal"]
+IDEAL = ["ddp@ideal", "ssgd@ideal", "ascwfbp@ideal", "nosync@ideal", "plain@ideal"]
+# engine-overhead ratios (same job); an opt-in segment's only where its job ran it
+OVERHEAD = [("ssgd@ideal", "ddp@ideal"), ("ascwfbp@ideal", "ddp@ideal"), ("nosync@ideal", "plain@ideal")]
+OPT_IN = {"ascwfbp@ideal"}
 # The paper's 32-GPU table: A6000 profiles x (backward, comm) multipliers (PAPER.md; the artifact README).
 PAPER_PROFILES = {"gpt2": ("paper-v1/A6000/gpt2", 10.0, 5.0), "resnet18": ("paper-v1/A6000/resnet18", 2.0, 1.0),
                   "resnet50": ("paper-v1/A6000/resnet50", 2.0, 1.0), "llama2": ("paper-v1/A6000/llama2", 10.0, 5.0)}
@@ -215,11 +218,12 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
                      f"{fmt_spread(row['bound_over_measured'], 2)} | {fmt_spread(row['plan_over_measured'], 2)} | "
                      f"{fmt_spread(row['predicted_over_measured'], 2)} | {fmt_spread(row['late_ms'], 1)} | "
                      f"{fmt_spread(row['time_to_target_s'], 1)} | {fmt_spread(row['ttt_x_dreamddp'], 2)} |")
-    times = {label: median_spread([_t(s[label]) for s in reps.values() if label in s]) for label in IDEAL}
-    over = {"ssgd / ddp": median_spread([_t(s["ssgd@ideal"]) / _t(s["ddp@ideal"]) for s in reps.values()
-                                if "ssgd@ideal" in s and "ddp@ideal" in s]),
-            "nosync / plain": median_spread([_t(s["nosync@ideal"]) / _t(s["plain@ideal"]) for s in reps.values()
-                                    if "nosync@ideal" in s and "plain@ideal" in s])}
+    ran = {label for s in reps.values() for label in s}
+    times = {label: median_spread([_t(s[label]) for s in reps.values() if label in s])
+             for label in IDEAL if label in ran or label not in OPT_IN}
+    over = {f"{a.split('@')[0]} / {b.split('@')[0]}":
+            median_spread([_t(s[a]) / _t(s[b]) for s in reps.values() if a in s and b in s])
+            for a, b in OVERHEAD if a in ran or a not in OPT_IN}
     lines += ["", "Engine overhead on the ideal link (iteration time ratios, same job): "
               + "; ".join(f"{k} {fmt_spread(v, 3)}" for k, v in over.items())
               + ". Iteration seconds: " + ", ".join(f"{label} {fmt_spread(v, 3)}" for label, v in times.items()) + "."]

@@ -6,7 +6,8 @@
 #   4. make bench's segments (every algorithm, engine overhead, memory) with 2 workers sharing
 #      the GPU over gloo, comm/backward 7, H=10, TF32: GPT-2 and ResNet-18 timed, Llama-2 and
 #      ResNet-50 run side by side (every algorithm, Llama's memory), then GPT-2 and ResNet-18
-#      repetitions 2 and 3;  5. one worker alone on the GPU: nosync against plain.
+#      repetitions 2 and 3;  5. DDP against ASC-WFBP on the ideal link;  6. one worker alone on
+#      the GPU: nosync against plain.
 # Run from the repository root after runners/gpu_pack.sh, on the device:
 #   OUT=/some/dir BUDGET_S=520 runners/gpu_run.sh
 # Results: $OUT/summary.txt, $OUT/env.txt, $OUT/cuda_tests.log, $OUT/gpu.tgz (run records,
@@ -29,8 +30,8 @@ fi
 
 # STEPS: the groups to run (default all): tests profiles timed (GPT-2) resnet (the ResNets in
 # each group) other (Llama-2 at once beside ResNet-50) reps (repetitions 2 and 3) single (one
-# worker: the engine's overhead on an unshared GPU)
-STEPS=" ${STEPS:-tests profiles timed resnet other reps single} "
+# worker: the engine's overhead on an unshared GPU) ddp (DDP against ASC-WFBP and S-SGD)
+STEPS=" ${STEPS:-tests profiles timed resnet other reps ddp single} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 
 step() {  # step NAME CAP_S CMD...: runs CMD under min(CAP_S, time left), logs to $W/NAME.log
@@ -97,6 +98,10 @@ fi
 if want reps; then
   bench gpt2 gpt2 3 $ITERS ${REPS_OPTS:-} "${SET[@]}" $ONE
   want resnet && bench resnet18 resnet18 3 $ITERS --no-memory "${SET[@]}" data=synthetic
+fi
+# DDP against its like for like (ASC-WFBP: buckets all-reduced during backward) and S-SGD, ideal link
+if want ddp; then
+  bench gpt2_ddp gpt2 3 $ITERS --no-memory --only ddp@ideal ssgd@ideal ascwfbp@ideal "${SET[@]}" $ONE
 fi
 # the engine's overhead with the GPU not shared: one worker, nosync against plain, 3 repetitions
 if want single; then

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SEGMENTS = ["flsgd", "dreamddp", "nosync@ideal"]
+SEGMENTS = ["flsgd", "dreamddp", "nosync@ideal", "ddp@ideal", "ascwfbp@ideal"]
+MEMORY = ["flsgd", "dreamddp", "nosync@ideal"]  # the segments with a memory run
 
 
 def bench(out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -31,10 +32,11 @@ def test_quick_bench_writes_its_report_and_resume_keeps_the_completed_job(tmp_pa
     first = bench(tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     job = tmp_path / "runs" / "gpt2" / "rep0"
-    for label in SEGMENTS + [s + "@memory" for s in SEGMENTS]:
+    for label in SEGMENTS + [s + "@memory" for s in MEMORY]:
         assert json.loads((job / label / "run.json").read_text())["status"] == "completed", label
     report = (tmp_path / "README.md").read_text()
     assert "| flsgd |" in report and "| dreamddp |" in report and "## Targets" in report
+    assert "ascwfbp / ddp" in report and "ascwfbp / ddp n/a" not in report  # the opt-in segment, named
 
     stamp = (job / "dreamddp" / "run.json").stat().st_mtime_ns
     again = bench(tmp_path, "--resume")
