@@ -58,24 +58,22 @@ def test_quick_bench_writes_its_report_and_resume_keeps_the_completed_job(tmp_pa
 
     # A subset without DreamDDP (--only flsgd nosync@ideal) still gets its report: ratios to
     # DreamDDP are n/a, not a crash.
-    subset = tmp_path.parent / "subset"
-    shutil.copytree(tmp_path, subset)
-    for label in ("dreamddp", "dreamddp@memory"):
-        shutil.rmtree(subset / "runs" / "gpt2" / "rep0" / label)
-    report_only = subprocess.run([sys.executable, str(ROOT / "runners" / "bench_report.py"), str(subset)], cwd=ROOT,
-                                 capture_output=True, text=True, timeout=120)
-    assert report_only.returncode == 0, report_only.stdout + report_only.stderr
-    assert "| flsgd |" in (subset / "README.md").read_text()
+    subset = report_without(tmp_path, tmp_path.parent / "subset", "dreamddp", "dreamddp@memory")
+    assert "| flsgd |" in subset
 
     # The ideal-link segments alone (--only nosync@ideal plain@ideal: the engine's overhead) get a
     # report too, whose targets say what the job left out instead of judging them missed.
-    overhead = tmp_path.parent / "overhead"
-    shutil.copytree(subset, overhead)
-    for label in ("flsgd", "flsgd@memory"):
-        shutil.rmtree(overhead / "runs" / "gpt2" / "rep0" / label)
-    report_only = subprocess.run([sys.executable, str(ROOT / "runners" / "bench_report.py"), str(overhead)], cwd=ROOT,
-                                 capture_output=True, text=True, timeout=120)
-    assert report_only.returncode == 0, report_only.stdout + report_only.stderr
-    text = (overhead / "README.md").read_text()
+    text = report_without(tmp_path.parent / "subset", tmp_path.parent / "overhead", "flsgd", "flsgd@memory")
     assert "No algorithm on the emulated link in this job" in text and "| flsgd |" not in text
     assert "| ssgd <= 1.05 x ddp (gpt2) | not in this job | - |" in text and "| NO |" not in text
+
+
+def report_without(job_dir: Path, copy: Path, *labels: str) -> str:
+    """The report bench_report.py writes for a copy of ``job_dir`` without ``labels``' records."""
+    shutil.copytree(job_dir, copy)
+    for label in labels:
+        shutil.rmtree(copy / "runs" / "gpt2" / "rep0" / label)
+    report_only = subprocess.run([sys.executable, str(ROOT / "runners" / "bench_report.py"), str(copy)], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=120)
+    assert report_only.returncode == 0, report_only.stdout + report_only.stderr
+    return (copy / "README.md").read_text()
