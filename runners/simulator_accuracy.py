@@ -39,6 +39,7 @@ TARGETS = {"median": 0.03, "p95": 0.08}
 # Two runs measured closer than this are a tie for the ranking: the same algorithm's iteration time
 # moves by 1-3% from one repetition of make bench to the next (results/bench/README.md spreads).
 TIE = 0.02
+FAR = 0.05  # a misordered pair measured this far apart is named in the report, with its runs' compute
 
 
 def rows_of(runs_dir: str, ratio: float) -> list[dict]:
@@ -122,6 +123,24 @@ def _own_compute_line(rows: list[dict]) -> str:
             "ran at a different speed in a different run.")
 
 
+def _pairs_line(pair: dict, over_reps: list[dict]) -> str:
+    """The ranking counted by pairs, and over the repetitions' medians: a configuration's order
+    fails on one pair of its 45, however close that pair ran."""
+    line = (f"Counted by pairs of runs in one configuration, the simulator orders {pair['right']} of {pair['n']} "
+            f"as measured ({pair['right'] / pair['n']:.0%}), and {pair['right_apart']} of the {pair['apart']} pairs "
+            f"measured at least {TIE:.0%} apart ({pair['right_apart'] / max(pair['apart'], 1):.0%}). ")
+    line += (f"Misordered pairs measured {FAR:.0%} or more apart, with each run's backward over the compute-only "
+             f"runs' (the compute the prediction charged): {'; '.join(pair['far'])}." if pair["far"]
+             else f"No misordered pair was measured {FAR:.0%} or more apart.")
+    if over_reps:
+        right = sum(r["right"] for r in over_reps)
+        ties = sum(r["right_but_ties"] for r in over_reps)
+        line += (f" Over the repetitions (each algorithm's median measured time against its median prediction), "
+                 f"the order is right in {right} of {len(over_reps)} configurations run more than once, and in "
+                 f"{ties} of {len(over_reps)} counting runs within {TIE:.0%} as ties: the table below.")
+    return line
+
+
 def _nosync_only_line(rows: list[dict]) -> str:
     """What the same predictions give with one compute-only run (nosync) as the reference."""
     errors = [abs(r["nosync_only_error"]) for r in rows]
@@ -159,9 +178,53 @@ def ranking(rows: list[dict], predicted: str = "predicted_s") -> list[dict]:
     return out
 
 
+def pairs(rows: list[dict], predicted: str = "predicted_s") -> dict:
+    """Every two runs of one configuration as a pair: how many the ``predicted`` times order as
+    measured, overall and among the pairs measured at least TIE apart (the repetitions' spread),
+    and the misordered pairs measured FAR or more apart."""
+    counts = collections.Counter()
+    far = []
+    by_config = collections.defaultdict(list)
+    for r in rows:
+        by_config[(r["model"], r["ratio"], r["rep"])].append(r)
+    for cfg, mine in sorted(by_config.items()):
+        for i, a in enumerate(mine):
+            for b in mine[i + 1:]:
+                gap = max(a["measured_s"], b["measured_s"]) / min(a["measured_s"], b["measured_s"]) - 1
+                right = (a["measured_s"] < b["measured_s"]) == (a[predicted] < b[predicted])
+                apart = gap >= TIE
+                counts.update({"n": 1, "right": right, "apart": apart, "right_apart": right and apart})
+                if not right and gap >= FAR:
+                    fast, slow = sorted((a, b), key=lambda r: r["measured_s"])
+                    far.append(f"{cfg[0]} {cfg[1]:g} rep {cfg[2]}: {fast['algorithm']} < {slow['algorithm']} "
+                               f"by {gap:.1%} (backward x reference {fast['backward_x_reference']:.2f}, "
+                               f"{slow['backward_x_reference']:.2f})")
+    return {**{k: counts[k] for k in ("n", "right", "apart", "right_apart")}, "far": far}
+
+
+def median_ranking(rows: list[dict]) -> list[dict]:
+    """Per model and ratio run in more than one repetition: the order of the algorithms' median
+    measured time over the repetitions against the order of their median prediction."""
+    by_config = collections.defaultdict(lambda: collections.defaultdict(list))
+    for r in rows:
+        by_config[(r["model"], r["ratio"])][r["algorithm"]].append(r)
+    out = []
+    for (model, ratio), algos in sorted(by_config.items()):
+        reps = len({r["rep"] for runs in algos.values() for r in runs})
+        if reps < 2:
+            continue
+        medians = [{"model": model, "ratio": ratio, "rep": "median", "algorithm": a,
+                    "measured_s": statistics.median(r["measured_s"] for r in runs),
+                    "predicted_s": statistics.median(r["predicted_s"] for r in runs)} for a, runs in algos.items()]
+        out.append({**ranking(medians)[0], "reps": reps})
+    return out
+
+
 def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -> None:
     med, p95, right, ties, n = accuracy(rows)
     ranks = ranking(rows)
+    pair = pairs(rows)
+    over_reps = median_ranking(rows)
     lines = ["# Simulator accuracy: predicted vs measured iteration time", "",
              f"Made by `python runners/simulator_accuracy.py {' '.join(argv)}`"
              + (f" ({seconds / 60:.0f} min on this host" + (" for the jobs it ran; `--resume` kept the ones "
@@ -182,7 +245,8 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
              f"**{len(rows)} runs: median absolute error {med:.1%} (target {TARGETS['median']:.0%}), 95th percentile "
              f"{p95:.1%} (target {TARGETS['p95']:.0%}); the simulator orders the algorithms as measured in "
              f"{right} of {n} configurations, and in {ties} of {n} when runs measured within {TIE:.0%} of each "
-             "other (the repetitions' spread) count as ties.**", "", _compute_line(rows), "",
+             "other (the repetitions' spread) count as ties.**", "", _pairs_line(pair, over_reps), "",
+             _compute_line(rows), "",
              _nosync_only_line(rows), "", _own_compute_line(rows), "",
              "| model | comm/backward | rep | algorithm | measured s | predicted s | error | no skew s | link only s "
              "| nosync only | in-run s | waited beyond the link (ms) | backward x reference | own compute s |",
@@ -200,6 +264,13 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
     for r in ranks:
         lines.append(f"| {r['model']} | {r['ratio']:g} | {r['rep']} | {'yes' if r['right'] else 'NO'} | "
                      f"{'yes' if r['right_but_ties'] else 'NO'} | {'; '.join(r['swapped']) or '-'} |")
+    if over_reps:
+        lines += ["", "Ranking over the repetitions (each algorithm's median measured time against its median "
+                  "prediction):", "",
+                  f"| model | comm/backward | repetitions | same order | same order, ties within {TIE:.0%} | "
+                  "swapped pairs (measured gap of the medians) |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['model']} | {r['ratio']:g} | {r['reps']} | {'yes' if r['right'] else 'NO'} | "
+                  f"{'yes' if r['right_but_ties'] else 'NO'} | {'; '.join(r['swapped']) or '-'} |" for r in over_reps]
     worst = sorted(rows, key=lambda r: -abs(r["error"]))[:5]
     lines += ["", "Largest errors and what was measured beside them (waited beyond the link model: the slowest "
               "rank and the backend's own transfer at the wait, which the prediction's skew and real transfer "
