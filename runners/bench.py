@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import bench_report
+from bench_segments import OPT_IN, segments
 
 from dreamddp.atomic import write_json
 
@@ -69,36 +70,6 @@ MODELS = {
 DEFAULT_MODELS = ("gpt2", "resnet18")
 QUICK = {"gpt2": ["model=gpt2", "model.size=tiny", "data.block_size=32", "train.batch_size=2"],
          "resnet18": ["model=resnet18", "model.size=tiny", "train.batch_size=4"]}
-
-
-def segments(bucket_mb: float) -> list[dict]:
-    """The timed segments on the emulated link, then the engine-overhead ones on the ideal link."""
-    def seg(label, overrides, link="emulated", **kw):
-        return {"label": label, "overrides": overrides, "link": link, **kw}
-
-    buckets = f"algo.bucket_mb={bucket_mb}"
-    return [
-        seg("ssgd", ["algo=ssgd"]),
-        seg("ascwfbp", ["algo=ascwfbp", buckets]),
-        seg("dear", ["algo=dear", buckets]),
-        seg("flsgd", ["algo=flsgd"]),
-        seg("plsgd_enp", ["algo=plsgd_enp"]),
-        seg("streaming_diloco", ["algo=streaming_diloco"]),
-        seg("dreamddp", ["algo=dreamddp"]),
-        seg("dreamddp+overlap", ["algo=dreamddp", "algo.overlap_forward=true"], schedule_from="dreamddp"),
-        seg("dreamddp+general", ["algo=dreamddp", "algo.scheduler=general"]),
-        seg("dreamddp+delay", ["algo=dreamddp", "algo.merge_delay=1"]),
-        # opt-in (--only names it): the delayed merge with its real collectives started at launch,
-        # so the late average has an iteration of slack for the slowest rank (results/bench_carrier)
-        seg("dreamddp+delay+eager", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=eager"], opt_in=True),
-        seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
-        seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
-        # opt-in: DDP's like for like (buckets all-reduced as backward makes them), where S-SGD
-        # all-reduces after backward by definition
-        seg("ascwfbp@ideal", ["algo=ascwfbp", buckets], "ideal", memory=False, opt_in=True),
-        seg("nosync@ideal", ["algo=nosync"], "ideal"),
-        seg("plain@ideal", ["algo=plain"], "ideal"),
-    ]
 
 
 def rotated(segs: list[dict], r: int) -> list[dict]:
@@ -203,7 +174,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny models, for a smoke run of the pipeline")
     p.add_argument("--only", nargs="+", metavar="LABEL",
                    help="these segments only (e.g. flsgd dreamddp), to study a few; "
-                        "opt-in ones (dreamddp+delay+eager, ascwfbp@ideal) run only when named here")
+                        f"opt-in ones ({', '.join(sorted(OPT_IN))}) run only when named here")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every segment")
     p.add_argument("--out", default="results/bench")
     p.add_argument("--resume", action="store_true",

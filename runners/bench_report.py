@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import bench_predict as bp
+from bench_segments import IDEAL, OPT_IN, TIMED
 from bench_targets import targets
 
 from dreamddp.atomic import write_csv, write_text
@@ -27,12 +28,8 @@ from dreamddp.schedule.compare import reference_root
 from dreamddp.schedule.profile import load_profile, scaled
 
 REFERENCE = bp.REFERENCE
-TIMED = ["ssgd", "ascwfbp", "dear", "flsgd", "plsgd_enp", "streaming_diloco", "dreamddp", "dreamddp+overlap",
-         "dreamddp+general", "dreamddp+delay", "dreamddp+delay+eager"]
-IDEAL = ["ddp@ideal", "ssgd@ideal", "ascwfbp@ideal", "nosync@ideal", "plain@ideal"]
 # engine-overhead ratios (same job); an opt-in segment's only where its job ran it
 OVERHEAD = [("ssgd@ideal", "ddp@ideal"), ("ascwfbp@ideal", "ddp@ideal"), ("nosync@ideal", "plain@ideal")]
-OPT_IN = {"ascwfbp@ideal"}
 # The paper's 32-GPU table: A6000 profiles x (backward, comm) multipliers (PAPER.md; the artifact README).
 PAPER_PROFILES = {"gpt2": ("paper-v1/A6000/gpt2", 10.0, 5.0), "resnet18": ("paper-v1/A6000/resnet18", 2.0, 1.0),
                   "resnet50": ("paper-v1/A6000/resnet50", 2.0, 1.0), "llama2": ("paper-v1/A6000/llama2", 10.0, 5.0)}

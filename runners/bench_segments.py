@@ -1,0 +1,42 @@
+"""The segments of a benchmark job, named once: runners/bench.py runs them, runners/bench_report.py
+reads their records by these labels.  A segment is one algorithm's run in the job (its overrides and
+link); the timed ones share the emulated link, the engine-overhead ones run on the ideal link, and an
+opt-in one runs only where ``--only`` names it."""
+
+from __future__ import annotations
+
+
+def segments(bucket_mb: float) -> list[dict]:
+    """The timed segments on the emulated link, then the engine-overhead ones on the ideal link."""
+    def seg(label, overrides, link="emulated", **kw):
+        return {"label": label, "overrides": overrides, "link": link, **kw}
+
+    buckets = f"algo.bucket_mb={bucket_mb}"
+    return [
+        seg("ssgd", ["algo=ssgd"]),
+        seg("ascwfbp", ["algo=ascwfbp", buckets]),
+        seg("dear", ["algo=dear", buckets]),
+        seg("flsgd", ["algo=flsgd"]),
+        seg("plsgd_enp", ["algo=plsgd_enp"]),
+        seg("streaming_diloco", ["algo=streaming_diloco"]),
+        seg("dreamddp", ["algo=dreamddp"]),
+        seg("dreamddp+overlap", ["algo=dreamddp", "algo.overlap_forward=true"], schedule_from="dreamddp"),
+        seg("dreamddp+general", ["algo=dreamddp", "algo.scheduler=general"]),
+        seg("dreamddp+delay", ["algo=dreamddp", "algo.merge_delay=1"]),
+        # opt-in (--only names it): the delayed merge with its real collectives started at launch,
+        # so the late average has an iteration of slack for the slowest rank (results/bench_carrier)
+        seg("dreamddp+delay+eager", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=eager"], opt_in=True),
+        seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
+        seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
+        # opt-in: DDP's like for like (buckets all-reduced as backward makes them), where S-SGD
+        # all-reduces after backward by definition
+        seg("ascwfbp@ideal", ["algo=ascwfbp", buckets], "ideal", memory=False, opt_in=True),
+        seg("nosync@ideal", ["algo=nosync"], "ideal"),
+        seg("plain@ideal", ["algo=plain"], "ideal"),
+    ]
+
+
+_ALL = segments(1.0)  # the labels and their kinds; the bucket size does not change them
+TIMED = [s["label"] for s in _ALL if s["link"] == "emulated"]
+IDEAL = [s["label"] for s in _ALL if s["link"] == "ideal"]
+OPT_IN = {s["label"] for s in _ALL if s.get("opt_in")}
