@@ -15,6 +15,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import NamedTuple
+
+
+class Anchor(NamedTuple):
+    """A point both clocks know: the host time of a device synchronisation, and an event
+    recorded right after it (the device idle, it completes at once).  An event recorded later
+    on that device reads as ``host + event.elapsed_time(later) / 1e3`` on the host clock."""
+
+    host: float
+    event: object  # torch.cuda.Event
+
+
+_anchors: dict[int, Anchor] = {}  # device index -> its latest synchronised stamp
 
 
 def clock_for(device) -> Callable[[], float]:
@@ -25,9 +38,36 @@ def clock_for(device) -> Callable[[], float]:
 
     def synced() -> float:
         torch.cuda.synchronize(device)
-        return time.perf_counter()
+        now = time.perf_counter()
+        _remember(device, now)
+        return now
 
     return synced
+
+
+def _index(device) -> int:
+    import torch
+
+    index = torch.device(device).index
+    return torch.cuda.current_device() if index is None else index
+
+
+def _remember(device, now: float) -> None:
+    import torch
+
+    event = torch.cuda.Event(enable_timing=True)
+    event.record(torch.cuda.current_stream(device))
+    _anchors[_index(device)] = Anchor(now, event)
+
+
+def anchor_for(device) -> Anchor:
+    """The latest synchronised stamp of a CUDA ``device`` (every ``clock_for`` stamp makes one;
+    made here, synchronising once, where none has been)."""
+    anchor = _anchors.get(_index(device))
+    if anchor is None:
+        clock_for(device)()
+        anchor = _anchors[_index(device)]
+    return anchor
 
 
 class Stamps:

@@ -67,3 +67,4 @@ gpu-reports: venv ## results/gpu's reports again from its committed records (no 
 	  tf32=results/gpu/profiles/$${m}_high/profile --authors ../shared/reference/official-profiles/paper-v1/H100/$$m \
 	  --out results/gpu >/dev/null; done
 	$(PY) runners/gpu_summary.py
+	$(PY) runners/gpu_host_lead.py

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from dreamddp.algorithms import build_algorithm
-from dreamddp.clock import clock_for
+from dreamddp.clock import anchor_for, clock_for
+from dreamddp.comm.communicator import Communicator
+from dreamddp.comm.links.emulated import EmulatedLink
 from dreamddp.comm.fake import FakeCommunicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.models import build_model, model_units
@@ -139,3 +141,30 @@ def test_workers_sharing_one_gpu_communicate_cuda_tensors_over_gloo():
     for result in run_workers(_collectives_on_one_gpu, 2):
         assert result["devices"] == {"cuda"}
         assert result["all_reduce"] < 1e-6 and result["reduce_scatter"] < 1e-6 and result["all_gather"] == 0.0
+
+
+def _reserved_when_the_device_gets_there(rank, world):
+    device = torch.device("cuda")
+    comm = Communicator(link=EmulatedLink(gbps=10.0, alpha_s=0.0))
+    x = torch.randn(4096, 4096, device=device)
+    grad = torch.zeros(1000, device=device)
+    clock_for(device)()  # a synchronised stamp: the anchor the marks read through
+    for _ in range(40):  # tens of ms queued on the device ahead of the launch
+        x = x @ x / 4096
+    grad += x[0, :1000]
+    ready = torch.cuda.Event(enable_timing=True)
+    ready.record()
+    handle = comm.all_reduce_avg(grad)
+    launch = handle.record.launch
+    handle.wait()
+    anchor = anchor_for(device)
+    ready_host = anchor.host + anchor.event.elapsed_time(ready) / 1e3
+    return handle.record.start - launch, ready_host - launch
+
+
+def test_a_paced_link_starts_a_cuda_collective_when_the_device_gets_there():
+    """The host queued the all-reduce tens of ms before the device made its input: the
+    emulated link's transfer starts then, not at the launch (dreamddp/comm/ready.py)."""
+    for started, ready in run_workers(_reserved_when_the_device_gets_there, 2):
+        assert ready > 0.005  # the host ran ahead
+        assert started >= ready - 0.001 and started <= ready + 0.005

@@ -75,3 +75,31 @@ def test_the_paper_preset_takes_every_paper_model_and_memory_can_be_left_out():
     spec = bench.job_spec(args, "llama2", 0, "/tmp/x")
     assert spec["memory"] is False and "model.size=paper" in spec["base"] and "cluster.device=cuda" in spec["base"]
     assert bench.job_spec(bench.parse_args(["--preset", "paper", "--models", "gpt2"]), "gpt2", 0, "/tmp/x")["memory"]
+
+
+def test_host_lead_regenerates_from_the_committed_records(tmp_path):
+    shutil.copytree(GPU / "bench", tmp_path / "bench")
+    assert importlib.import_module("gpu_host_lead").main(["--gpu", str(tmp_path)]) == 0
+    assert (tmp_path / "host_lead.md").read_text() == (GPU / "host_lead.md").read_text()
+
+
+def test_host_lead_replays_the_links_fifo_from_device_ready_times():
+    from dreamddp.comm.cost import LinkModel
+
+    host_lead = importlib.import_module("gpu_host_lead")
+    link = LinkModel(gbps=8e-3)  # 1 ms per kB of all-reduce on 2 workers: 1 kB per ms of the ring's bytes
+    index = {"a": 0, "b": 1}
+    row = {"forward": 1.0, "backward": 2.0, "timeline": {
+        "unit_ready": [1.5, 2.8],  # device times; the host launched both earlier
+        "collectives": [{"tag": "param:a", "kind": "all_reduce", "bytes": 100_000, "launch": 1.2},
+                        {"tag": "param:0-1", "kind": "all_reduce", "bytes": 100_000, "launch": 2.5},
+                        {"tag": "param:a", "kind": "all_reduce", "bytes": 100_000, "launch": 3.5}]}}  # after backward
+    leads, later = host_lead.iteration_lead(row, index, link, 2)
+    assert leads == pytest.approx([0.3, 0.3])  # a: 1.5 - 1.2; the run 0-1: its last unit, 2.8 - 2.5
+    # 0.1 s each. From launches: 1.2-1.3, 2.5-2.6, 3.5-3.6. From the device: 1.5-1.6, 2.8-2.9, 3.5-3.6
+    assert later == pytest.approx(0.0)
+    row["timeline"]["collectives"][2]["launch"] = 2.85  # in backward, its unit long ready: no lead of its own
+    leads, later = host_lead.iteration_lead(row, index, link, 2)
+    assert leads == pytest.approx([0.3, 0.3, 0.0])
+    # from launches it left at 2.95; from the device it queues behind the second one: 2.9-3.0
+    assert later == pytest.approx(0.05)

@@ -1,7 +1,8 @@
 """Asynchronous, paced, accounted collectives over torch.distributed.
 
 Every accounted collective is launched asynchronously, reserves wire time on
-the worker's link at launch, and completes in ``Handle.wait()`` only once both
+the worker's link from its launch (on CUDA from when the device reaches the
+launch, the host running ahead of it: comm/ready.py), and completes in ``Handle.wait()`` only once both
 the real collective has finished and the link's deadline has passed.  Pacing
 happens in the caller's thread (asleep, or yielding while it holds its core,
 below; never blocking gloo's threads), so compute between launch and wait
@@ -39,7 +40,9 @@ workers compute.  The modelled timing is the same either way.
 
 from __future__ import annotations
 
+import collections
 import functools
+import math
 import os
 import threading
 import time
@@ -54,6 +57,7 @@ from dreamddp.comm.carrier import DeferredCarrier
 from dreamddp.comm.cost import CARRIERS, ring_factor
 from dreamddp.comm.links.base import Link
 from dreamddp.comm.links.ideal import IdealLink
+from dreamddp.comm.ready import device_ready
 
 # torch 2.13 renamed the flat-tensor variants; the old names still work but warn.
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -71,6 +75,9 @@ class CollectiveRecord:
     deadline: float
     complete: float | None = None
     blocked: float = 0.0  # seconds the caller spent inside wait()
+    # (marker, mark) until the link is reserved from the device's ready time (CUDA: comm/ready.py);
+    # start and deadline are nan until then
+    ready: tuple | None = None
 
 
 def make_record(kind: str, tag: str, nbytes: int, world: int, link: Link) -> CollectiveRecord:
@@ -94,6 +101,7 @@ class Handle:
         device_sync: Callable[[], None] | None = None,
         issue: Callable[[], None] | None = None,
         hold_core: bool = False,
+        reserve: Callable[[], None] | None = None,
     ):
         self.record = record
         self._hold_core = hold_core  # wait busy (yielding), not asleep: see Communicator
@@ -104,6 +112,8 @@ class Handle:
         self._on_complete = on_complete
         # Deferred carrier: starts the real collectives still pending (this one among them).
         self._issue = issue
+        # CUDA on a paced link: reserves the wire from the device's ready time (record.ready)
+        self._reserve = reserve
         self._lock = threading.Lock()
         self._finished = False
 
@@ -117,6 +127,11 @@ class Handle:
             return True
         if self._issue is not None or (work is not None and not work.is_completed()):
             return False
+        ready = self.record.ready
+        if ready is not None:
+            if not ready[0].done(ready[1]):
+                return False
+            self._reserve()
         return time.perf_counter() >= self.record.deadline
 
     def wait(self) -> float:
@@ -130,6 +145,8 @@ class Handle:
                 self._work.wait()  # asleep even when holding: the backend's threads need the core
                 if self._device_sync is not None:
                     self._device_sync()
+            if self._reserve is not None:  # the device is past the mark by now: no wait here
+                self._reserve()
             if self._hold_core:
                 while time.perf_counter() < self.record.deadline:
                     os.sched_yield()
@@ -197,14 +214,40 @@ class Communicator:
         self._deferred = DeferredCarrier(self._start_all_reduce)
         self._live: set[Handle] = set()  # handles not yet completed (shifted by resume())
         self._paused_at: float | None = None
+        # CUDA launches on a paced link, in launch order, whose link time is not reserved yet:
+        # the link's FIFO takes them in that order once each one's device-ready time is known
+        self._unreserved: collections.deque[CollectiveRecord] = collections.deque()
+        self._reserving = threading.Lock()  # one resolver at a time, so the FIFO keeps launch order
+        self._markers: dict = {}  # device -> DeviceReady
 
     # -- bookkeeping -------------------------------------------------------
-    def _launch(self, kind: str, tag: str, nbytes: int) -> CollectiveRecord:
-        record = make_record(kind, tag, nbytes, self.world_size, self.link)
+    def _launch(self, kind: str, tag: str, nbytes: int, t: torch.Tensor) -> CollectiveRecord:
+        marker = device_ready(t, self._markers) if self.link.paced else None
+        if marker is None:
+            record = make_record(kind, tag, nbytes, self.world_size, self.link)
+        else:
+            record = CollectiveRecord(kind, tag, nbytes, ring_factor(kind, self.world_size) * nbytes,
+                                      time.perf_counter(), math.nan, math.nan, ready=(marker, marker.mark()))
         with self._lock:
             self._records.append(record)
             self._pending += 1
+            if marker is not None:
+                self._unreserved.append(record)
         return record
+
+    def _reserve_through(self, record: CollectiveRecord | None = None) -> None:
+        """Reserve the link for the unreserved launches up to ``record`` (None: all of them), in
+        launch order, each from when its device reached it (waits for the device that far)."""
+        with self._reserving:
+            while record is None or record.ready is not None:
+                with self._lock:
+                    if not self._unreserved:
+                        return
+                    head = self._unreserved.popleft()
+                marker, mark = head.ready
+                at = max(head.launch, marker.host_time(mark))
+                head.start, head.deadline = self.link.reserve(head.kind, head.nbytes, self.world_size, at)
+                head.ready = None
 
     def _completed(self, handle: Handle) -> None:
         with self._lock:
@@ -219,6 +262,7 @@ class Communicator:
     def pause(self) -> None:
         """Stop the link's clock between iterations (runners/bench_worker.py interleaves runs
         in one process group): what is on the modelled wire makes no progress until resume()."""
+        self._reserve_through()  # between iterations the device has passed every mark
         self._paused_at = time.perf_counter()
 
     def resume(self) -> None:
@@ -234,8 +278,10 @@ class Communicator:
                 h.record.deadline += dt
 
     def _issue(self, record: CollectiveRecord, start_op: Callable[[], object], post, t: torch.Tensor) -> Handle:
+        reserve = None if record.ready is None else functools.partial(self._reserve_through, record)
         if self.carrier == "deferred":
-            handle = Handle(record, None, None, self._completed, _device_sync(t), self._deferred.start, self.hold_core)
+            handle = Handle(record, None, None, self._completed, _device_sync(t), self._deferred.start, self.hold_core,
+                            reserve)
             self._deferred.add(handle, record.kind, t, start_op, post)
             return self._track(handle)
         # A launch that torch rejects must not linger as pending or accounted.
@@ -245,8 +291,11 @@ class Communicator:
             with self._lock:
                 self._records.remove(record)
                 self._pending -= 1
+                if record in self._unreserved:
+                    self._unreserved.remove(record)
             raise
-        return self._track(Handle(record, work, post, self._completed, _device_sync(t), hold_core=self.hold_core))
+        return self._track(Handle(record, work, post, self._completed, _device_sync(t), hold_core=self.hold_core,
+                                  reserve=reserve))
 
     def _start_all_reduce(self, view: torch.Tensor) -> tuple[object, Callable[[], None] | None]:
         """The deferred carrier's merged all-reduce of ``view`` (AVG): (work, post-op)."""
@@ -256,6 +305,7 @@ class Communicator:
         return work, self._div_post(view, native)
 
     def drain(self) -> list[CollectiveRecord]:
+        self._reserve_through()  # the records' deadlines are read from here on
         with self._lock:
             records, self._records = self._records, []
         return records
@@ -298,7 +348,7 @@ class Communicator:
     # -- accounted, paced collectives --------------------------------------
     def all_reduce_avg(self, flat: torch.Tensor, tag: str = "") -> Handle:
         check_avg("flat", flat)
-        record = self._launch("all_reduce", tag, flat.numel() * flat.element_size())
+        record = self._launch("all_reduce", tag, flat.numel() * flat.element_size(), flat)
         native = self._native_avg(flat)
         op = dist.ReduceOp.AVG if native else dist.ReduceOp.SUM
         return self._issue(
@@ -312,7 +362,7 @@ class Communicator:
         check_avg("flat", flat)
         check_flat("out", out)
         check_sizes("flat", flat, "out", out, self.world_size)
-        record = self._launch("reduce_scatter", tag, flat.numel() * flat.element_size())
+        record = self._launch("reduce_scatter", tag, flat.numel() * flat.element_size(), flat)
         native = self._native_avg(flat)
         op = dist.ReduceOp.AVG if native else dist.ReduceOp.SUM
         if self._via_host(flat):
@@ -330,7 +380,7 @@ class Communicator:
         check_flat("out", out)
         check_flat("shard", shard)
         check_sizes("out", out, "shard", shard, self.world_size)
-        record = self._launch("all_gather", tag, out.numel() * out.element_size())
+        record = self._launch("all_gather", tag, out.numel() * out.element_size(), shard)
         if self._via_host(shard):
             return self._issue(record, *self._host_staged(_all_gather, out, shard, None), out)
         return self._issue(

@@ -1,0 +1,148 @@
+"""results/gpu/host_lead.md: how far ahead of the GPU the host launched each collective, from the run records.
+
+    python runners/gpu_host_lead.py [--gpu results/gpu]      # part of make gpu-reports
+
+On CUDA a unit's gradient hook fires when backward has *queued* the unit's
+kernels; the device runs them later.  The sampled iterations of every run in
+``<gpu>/bench/*/runs`` hold both clocks: each collective's host launch time and
+each unit's gradient-ready time on the device (CUDA events, read after the
+iteration's synchronising end stamp).  For the collectives launched during
+backward, the lead is the device-ready time of the op's last unit less its
+launch.  A link reserved from the launch (what the emulated link did before
+it waited for the device: dreamddp/comm/ready.py) put the modelled transfer on
+the wire up to that lead early; replaying the iteration's collectives through
+the link's FIFO from their device-ready times instead shows how much later
+the last of them would have finished.  Runs whose marks synchronised the
+device at every unit (before the event marks, run 2) show no lead: their host
+waited for the device at each mark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import subprocess
+from pathlib import Path
+
+from dreamddp.atomic import write_text
+from dreamddp.prediction import record_link
+
+
+# The commit that made the marks inside a pass CUDA events (dreamddp.clock.Stamps); a record made
+# before it synchronised the device at every mark, so its host never ran ahead there.
+EVENT_MARKS = "e151100af65d97cefa1a426156aee94ebac10dbd"
+
+
+@functools.cache
+def marks(sha: str) -> str:
+    """How a record's per-unit marks were taken, from the commit it ran (git history)."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", EVENT_MARKS, sha],
+                          capture_output=True)
+    return {0: "events", 1: "synchronised"}.get(done.returncode, "unknown")
+
+
+def op_units(tag: str, index: dict[str, int]) -> list[int] | None:
+    """The units of a collective's tag (``param:<unit name>`` or ``param:<first>-<last>``)."""
+    name = tag.partition(":")[2]
+    if name in index:
+        return [index[name]]
+    first, sep, last = name.partition("-")
+    if sep and first.isdigit() and last.isdigit():
+        return list(range(int(first), int(last) + 1))
+    return None
+
+
+def iteration_lead(row: dict, index: dict[str, int], link, world: int) -> tuple[list[float], float] | None:
+    """(lead of each backward-launched collective, how much later the last deadline is when each
+    reserves the link from its device-ready time), or None when the timeline cannot say."""
+    timeline = row.get("timeline") or {}
+    ready, collectives = timeline.get("unit_ready"), timeline.get("collectives")
+    if not ready or not collectives:
+        return None
+    begin, end = row["forward"], row["forward"] + row["backward"]  # the backward pass, host seconds since start
+    leads, free_launch, free_device = [], float("-inf"), float("-inf")
+    for c in sorted(collectives, key=lambda c: c["launch"]):
+        seconds = link.seconds(c["kind"], c["bytes"], world)
+        device = c["launch"]
+        units = op_units(c["tag"], index)
+        if begin <= c["launch"] <= end and units and all(ready[u] > 0 for u in units):
+            device = max(c["launch"], max(ready[u] for u in units))
+            leads.append(device - c["launch"])
+        free_launch = max(c["launch"], free_launch) + seconds
+        free_device = max(device, free_device) + seconds
+    return (leads, free_device - free_launch) if leads else None
+
+
+def run_rows(gpu: Path) -> list[dict]:
+    out = []
+    for path in sorted(gpu.glob("bench/*/runs/*/rep*/*/run.json")):
+        rec = json.loads(path.read_text())
+        link = record_link(rec) if rec.get("extra", {}).get("link") else None
+        if link is None or path.parent.name.endswith("@memory"):
+            continue
+        index = {u["name"]: i for i, u in enumerate(rec["extra"]["units"])}
+        found = [x for x in (iteration_lead(r, index, link, rec["extra"]["world_size"]) for r in rec["iterations"])
+                 if x is not None]
+        if not found:
+            continue
+        leads = [lead for ls, _ in found for lead in ls]
+        later = [shift for _, shift in found]
+        out.append({"job": path.parts[-6], "model": path.parts[-4], "rep": path.parts[-3],
+                    "algorithm": path.parent.name, "marks": marks(rec["git_sha"]),
+                    "ops": len(leads), "iterations": len(found),
+                    "lead_ms": 1e3 * statistics.median(leads), "lead_max_ms": 1e3 * max(leads),
+                    "later_ms": 1e3 * statistics.median(later),
+                    "iteration_ms": 1e3 * rec["summary"]["mean_iteration_time"]})
+    return out
+
+
+def report(rows: list[dict]) -> str:
+    timed = [r for r in rows if r["marks"] == "events"]
+    others = sorted({(r["job"], r["marks"]) for r in rows if r["marks"] != "events"})
+    lines = ["# How far ahead of the GPU the host launched each collective", "",
+             "Made by `python runners/gpu_host_lead.py` from the sampled iterations of the run records under "
+             "`bench/*/runs` (module docstring: what is measured and how). *lead*: a backward-launched "
+             "collective's device-ready time (its last unit's gradient, by CUDA event) less its host launch, "
+             "median and largest over the sampled iterations. *last deadline later by*: replayed through the "
+             "emulated link's FIFO from device-ready times instead of launch times, how much later the "
+             "iteration's last collective would have left the modelled wire (median over sampled "
+             "iterations): at most what a link reserved at launch left out of the iteration.", ""]
+    by_algo: dict[str, list[dict]] = {}
+    for r in timed:
+        by_algo.setdefault(r["algorithm"], []).append(r)
+    if by_algo:
+        lines += ["Median over the repetitions: " + "; ".join(
+            f"{a} {statistics.median(r['later_ms'] for r in rs):.1f} ms later "
+            f"({statistics.median(r['later_ms'] / r['iteration_ms'] for r in rs):.1%} of its iteration; "
+            f"lead {statistics.median(r['lead_ms'] for r in rs):.1f} ms)" for a, rs in sorted(by_algo.items())) + ".",
+                  ""]
+    lines += ["| job | model | rep | algorithm | ops | sampled iterations | lead ms (median) | lead ms (max) "
+              "| last deadline later by ms | iteration ms |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in timed:
+        lines.append(f"| {r['job']} | {r['model']} | {r['rep']} | {r['algorithm']} | {r['ops']} | {r['iterations']} | "
+                     f"{r['lead_ms']:.2f} | {r['lead_max_ms']:.2f} | {r['later_ms']:.2f} | {r['iteration_ms']:.1f} |")
+    if others:
+        lines += ["", "Not in the table: the jobs whose records took the marks another way (from the commit each ran): "
+                  + "; ".join(f"{job} ({how})" for job, how in others) + ". *synchronised*: a device "
+                  "synchronisation at every mark held the host back to the device there, so no lead can show."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpu", default="results/gpu")
+    args = p.parse_args(argv)
+    gpu = Path(args.gpu)
+    rows = run_rows(gpu)
+    if not rows:
+        raise SystemExit(f"gpu_host_lead: no sampled CUDA timelines under {gpu}/bench")
+    write_text(str(gpu / "host_lead.md"), report(rows))
+    print(gpu / "host_lead.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
