@@ -5,13 +5,13 @@ after the gradient has been computed.  On CUDA the host only queues kernels,
 and runs ahead of the device: a gradient hook fires when backward has queued
 the unit's kernels.  Measured on an H200 (GPT-2 124M, two workers sharing it;
 results/gpu/host_lead.md), the host launched DreamDDP's all-reduces a median
-13 ms before the device had their gradients, up to 47 ms late in backward; a
-link reserved from the launch put the modelled transfer on the wire that much
-early, and the iteration's last deadline came 13 ms (DreamDDP, 10% of its
+13 ms before the device had their gradients (ASC-WFBP's last buckets up to
+47 ms: the lead grows through backward); a link reserved from the launch put
+the modelled transfer on the wire that much early, and the iteration's last deadline came 13 ms (DreamDDP, 10% of its
 iteration) to 38 ms (the general scheduler's plan, 33%) too soon.
 
-``DeviceReady`` records a CUDA event at the launch, on the stream that made
-the tensor, and reads its host time once the event has completed, through the
+``DeviceReady`` records a CUDA event at the launch, on the current stream
+(the one backward's hooks run their unit's kernels on), and reads its host time once the event has completed, through the
 device's latest synchronised stamp (dreamddp.clock.anchor_for): no
 synchronisation is added, the device never waits for the host.
 """
