@@ -60,7 +60,12 @@ def main(argv=None) -> int:
              "cost model on their A6000 profiles with the paper's 32-GPU multipliers. *bound / measured*: the "
              "least time any plan of the algorithm's kind could take on that job's profile and link, over "
              "the measured time (bench/<model>/README.md). Made by "
-             "`python runners/gpu_summary.py`.", ""]
+             "`python runners/gpu_summary.py`.", "",
+             "The GPU jobs here ran before the emulated link waited for the device (dreamddp/comm/ready.py): "
+             "their transfers were modelled from the host's launch, which ran ahead of the device "
+             "(host_lead.md), so where an algorithm syncs during backward its GPU time is short by up to that "
+             "lead: a GPU bound / measured above 1 is that, and the GPU ratios over DreamDDP are low by as much.",
+             ""]
     for model in ("gpt2", "resnet18", "resnet50"):
         some = next((d for (m, _), (_, d) in timed.items() if m == model), None)
         if some is None:
