@@ -64,7 +64,8 @@ def main(argv=None) -> int:
              "The GPU jobs here ran before the emulated link waited for the device (dreamddp/comm/ready.py): "
              "their transfers were modelled from the host's launch, which ran ahead of the device "
              "(host_lead.md), so where an algorithm syncs during backward its GPU time is short by up to that "
-             "lead: a GPU bound / measured above 1 is that, and the GPU ratios over DreamDDP are low by as much.",
+             "lead: a GPU bound / measured above 1 is that, and DreamDDP's GPU time being short, the ratio over it of "
+             "an algorithm that syncs after the step (FLSGD) is high by up to as much.",
              ""]
     for model in ("gpt2", "resnet18", "resnet50"):
         some = next((d for (m, _), (_, d) in timed.items() if m == model), None)
