@@ -39,8 +39,11 @@ EVENT_MARKS = "e151100af65d97cefa1a426156aee94ebac10dbd"
 def marks(sha: str) -> str:
     """How a record's per-unit marks were taken, from the commit it ran (git history)."""
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", EVENT_MARKS, sha],
-                          capture_output=True)
+    try:
+        done = subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", EVENT_MARKS, sha],
+                              capture_output=True)
+    except OSError:  # no git here
+        return "unknown"
     return {0: "events", 1: "synchronised"}.get(done.returncode, "unknown")
 
 
