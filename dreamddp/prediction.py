@@ -20,7 +20,7 @@ import numpy as np
 
 from dreamddp.algorithms import ALGORITHMS, Algorithm, algo_config
 from dreamddp.comm.carry import Slot, carried
-from dreamddp.comm.cost import LinkModel, RealTransfer, ring_factor
+from dreamddp.comm.cost import QUEUED, LinkModel, RealTransfer, ring_factor
 from dreamddp.engine.layout import UnitLayout
 from dreamddp.engine.plan import SyncOp
 from dreamddp.schedule.authors_model import modelled_times
@@ -145,11 +145,13 @@ def bind_to_profile(cfg, profile: Profile, layout: UnitLayout, link: LinkModel |
 def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str, list[int]] | None = None,
              runs: list[list[tuple[int, int]]] | None = None, delayed: list[list[tuple[int, int]]] | None = None,
              world: int = 2, link: LinkModel | None = None, iterations: int | None = None,
-             skew: Skew | None = None, carrier: RealTransfer | None = None, **options) -> SimResult:
+             skew: Skew | None = None, carrier: RealTransfer | None = None, carrier_at_step: bool = False,
+             **options) -> SimResult:
     """Mean iteration time and exposed wait of ``algo`` (a name, or its Config) over
     ``iterations`` (default: one H-window); ``options`` are its ``algo.*`` fields.
     ``carrier``: the real backend's transfer, for a run whose deferred carrier starts it at
-    the first wait (None: the link's times only)."""
+    the first wait (None: the link's times only); ``carrier_at_step``: and at each iteration's end
+    (the step carrier)."""
     cfg = _config(algo, H, options)
     cls = ALGORITHMS.lookup(cfg.name)
     cls.check(cfg)
@@ -165,7 +167,8 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
     bound = bind_to_profile(cfg, profile, layout, link, schedule, runs, delayed)
     real = None if carrier is None else carried_seconds(bound, layout, carrier)
     return simulate_plan(bound.plan, compute_of(profile), op_seconds(profile, layout, link), H=int(cfg.H),
-                         iterations=iterations, skew=skew, world=world, carrier=real)
+                         iterations=iterations, skew=skew, world=world, carrier=real,
+                         carrier_at_step=carrier_at_step)
 
 
 def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
@@ -180,18 +183,18 @@ def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
 
 
 def record_carrier(record: Mapping) -> RealTransfer | None:
-    """The real transfer a run's waits exposed: its deferred carrier's, as measured at its
-    start-up (None for an eager carrier, or a record made before the probe)."""
+    """The real transfer a run's waits exposed: its deferred (or step) carrier's, as measured at
+    its start-up (None for an eager carrier, or a record made before the probe)."""
     link = record["extra"]["link"]
     probed = link.get("real_transfer_ms")
-    if link.get("carrier") != "deferred" or not probed:
+    if link.get("carrier") not in QUEUED or not probed:
         return None
     return RealTransfer.probed((link.get("alpha_ms") or 0.0) / 1e3, [(b, ms / 1e3) for b, ms in probed])
 
 
 def simulate_record(profile: Profile, config: Mapping, *, world: int, link: LinkModel | None,
                     plan: Mapping | None = None, skew: Skew | None = None, carrier: RealTransfer | None = None,
-                    iterations: int | None = None) -> SimResult:
+                    carrier_at_step: bool = False, iterations: int | None = None) -> SimResult:
     """Iterations of a run as it was configured (a run record's ``config``) on ``link``
     (None: the profile's measured comm times; ``record_link`` builds one from the record).
 
@@ -209,7 +212,7 @@ def simulate_record(profile: Profile, config: Mapping, *, world: int, link: Link
         as_runs = lambda rs: None if rs is None else [[tuple(r) for r in its] for its in rs]  # noqa: E731
         runs, delayed = as_runs(plan.get("runs")), as_runs(plan.get("delayed"))
     return simulate(cfg, profile, schedule=schedule, runs=runs, delayed=delayed, world=world, link=link,
-                    iterations=iterations or cfg.H, skew=skew, carrier=carrier)
+                    iterations=iterations or cfg.H, skew=skew, carrier=carrier, carrier_at_step=carrier_at_step)
 
 
 def simulated_algorithms() -> list[str]:

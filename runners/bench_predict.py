@@ -110,6 +110,7 @@ def _simulate(rec: dict, profile: Profile, skew, windows: int, real: bool):
     algo = rec["config"]["algo"]
     return simulate_record(profile, rec["config"], world=rec["extra"]["world_size"], link=record_link(rec),
                            plan=rec["extra"]["algorithm"], skew=skew, carrier=record_carrier(rec) if real else None,
+                           carrier_at_step=rec["extra"]["link"].get("carrier") == "step",
                            iterations=windows * int(algo["H"]))
 
 

@@ -26,6 +26,8 @@ def segments(bucket_mb: float) -> list[dict]:
         # opt-in (--only names it): the delayed merge with its real collectives started at launch,
         # so the late average has an iteration of slack for the slowest rank (results/bench_carrier)
         seg("dreamddp+delay+eager", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=eager"], opt_in=True),
+        # opt-in: the late averages started, merged, when the iteration ends (the step carrier)
+        seg("dreamddp+delay+step", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=step"], opt_in=True),
         seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
         seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
         # opt-in: DDP's like for like (buckets all-reduced as backward makes them), where S-SGD

@@ -137,6 +137,9 @@ def _under_bound(judged: dict) -> list[str]:
 def _ceiling_reason(model: str, j: dict, nosync: float) -> str:
     """Why DreamDDP with a delayed merge stays above the compute-only iteration (nosync's)."""
     row = j["rows"]["dreamddp+delay"]
+    if not row["bound_s"] or not row["longest_unit"]:
+        return (f"- {model} dreamddp+delay against the compute-only iteration: no bound in this job (the bounds "
+                "take the per-unit profile of its dreamddp run, which did not run).")
     measured, bound = row["iteration_s"][0], row["bound_s"][0]
     unit, comm, compute, step = row["longest_unit"]
     return (f"- {model} dreamddp+delay against the compute-only iteration: its own bound is {1e3 * bound:.1f} ms, "

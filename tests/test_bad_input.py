@@ -56,6 +56,8 @@ CONFIG = [
     (["bandwidth.gbps=2"], "bandwidth.gbps=2.0: bandwidth=ideal does not shape traffic and would ignore it; "
                            "choose an emulated link (bandwidth=1gbit"),
     (["bandwidth.latency_ms=5"], "bandwidth.latency_ms=5.0: bandwidth=ideal does not shape traffic"),
+    (["bandwidth.carrier=step"], "bandwidth.carrier=step: only a paced link (emulated)"),
+    (["bandwidth=1gbit", "bandwidth.carrier=later"], "bandwidth.carrier=later"),
     (["bandwidth.comm_ratio=7"], "bandwidth.comm_ratio=7.0: bandwidth=ideal does not shape traffic and would ignore "
                                  "it; choose bandwidth=ratio7"),
     (["bandwidth=1gbit", "bandwidth.backend=ideal"], "bandwidth.gbps=1.0: bandwidth=ideal does not shape traffic"),

@@ -203,6 +203,7 @@ def test_build_link():
         (bw("emulated", 1.0, carrier="lazy"), "bandwidth.carrier=lazy: unknown value"),
         (bw("ideal", carrier="deferred"), "bandwidth.carrier=deferred: only a paced link"),
         (bw("tc", 1.0, carrier="deferred"), "bandwidth.carrier=deferred: only a paced link"),
+        (bw("ideal", carrier="step"), "bandwidth.carrier=step: only a paced link"),
         (bw("ideal", hold_core=True), "bandwidth.hold_core=true: only a paced link"),
     ],
 )
@@ -215,6 +216,9 @@ def test_carrier_and_hold_core_resolve_per_link_and_device():
     emu, ideal = build_link(bw("emulated", 1.0)), build_link(bw("ideal"))
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
     assert (emu.carrier("auto", cpu), emu.carrier("auto", cuda), emu.carrier("eager", cpu)) == ("deferred", "eager", "eager")
+    # averages merged iterations after their launch: started as each iteration ends, on CPU
+    assert (emu.carrier("auto", cpu, late=True), emu.carrier("auto", cuda, late=True)) == ("step", "eager")
+    assert emu.carrier("deferred", cpu, late=True) == "deferred"
     assert ideal.carrier("auto", cpu) == "eager"
     assert emu.hold_core(None, cpu, True) and not emu.hold_core(None, cpu, False)
     assert not emu.hold_core(None, cuda, True) and emu.hold_core(True, cpu, False)

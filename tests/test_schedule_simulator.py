@@ -155,3 +155,21 @@ def test_deferred_carrier_groups_as_the_engines_carrier():
     # step: at iteration 1's wait they go as one, then b's in place: 2 s, and iteration 0 waits for nothing
     late = dict(schedule={"c": [0], "a": [0], "b": [1]}, delayed=[[(0, 0), (2, 2)], []], merge_delay=1)
     assert run("dreamddp", p, **late, **fast)[:2] == pytest.approx((7.75, 1.0))
+
+
+def test_step_carrier_starts_the_late_ones_as_the_iteration_ends():
+    """The step carrier (``bandwidth.carrier=step``): what is still queued when an iteration
+    ends starts then, once the slowest rank is there; the rest as the deferred carrier does.
+    The late c and a of iteration 0 go (one collective, 1 s) behind iteration 1's compute,
+    and iteration 1 waits only for b's own real transfer at its wait: 1 s, not 2."""
+    from dreamddp.comm.cost import RealTransfer
+
+    p = tiny({"c": 100_000, "b": 100_000, "a": 100_000})
+    fast = dict(world=2, link=LinkModel(8e6), carrier=RealTransfer(((0, 1.0), (300_000, 1.0))))
+    late = dict(schedule={"c": [0], "a": [0], "b": [1]}, delayed=[[(0, 0), (2, 2)], []], merge_delay=1)
+    per_iter = lambda r: [x for it in r[2] for x in it]  # noqa: E731
+    assert per_iter(run("dreamddp", p, **late, **fast)) == pytest.approx([6.75, 0.0, 8.75, 2.0])
+    assert per_iter(run("dreamddp", p, **late, **fast, carrier_at_step=True)) == pytest.approx([6.75, 0.0, 7.75, 1.0])
+    # nothing late, nothing queued at an iteration's end: the same as deferred
+    in_place = dict(schedule={"c": [0], "b": [0], "a": [1]}, **fast)
+    assert run("dreamddp", p, **in_place, carrier_at_step=True) == run("dreamddp", p, **in_place)

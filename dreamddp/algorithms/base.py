@@ -113,6 +113,12 @@ class Algorithm:
         return cls(cfg, setup)
 
     @classmethod
+    def merges_late(cls, cfg) -> bool:
+        """True: some of its averages land iterations after their launch (the emulated link's
+        ``carrier=auto`` then starts what is queued as each iteration ends: comm/links/emulated.py)."""
+        return False
+
+    @classmethod
     def optimizer_name(cls, cfg, train) -> str:
         """The optimizer the trainer builds (``train.optimizer`` unless the method says otherwise)."""
         return train.optimizer

@@ -76,6 +76,10 @@ class DreamDDP(DelayedMerge, PartialParamSync):
                               "merges before the unit syncs again)")
 
     @classmethod
+    def merges_late(cls, cfg) -> bool:
+        return cfg.merge_delay > 0
+
+    @classmethod
     def check_model(cls, cfg, layout) -> None:
         """A schedule file must fit the model: read, H, every unit, every iteration."""
         if not cfg.schedule:

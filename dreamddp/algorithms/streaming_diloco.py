@@ -110,6 +110,10 @@ class StreamingDiLoCo(Algorithm):
         check_codec(cfg.quantize, cfg.quant_block)
 
     @classmethod
+    def merges_late(cls, cfg) -> bool:
+        return cfg.tau > 0
+
+    @classmethod
     def optimizer_name(cls, cfg, train) -> str:
         return "adamw" if cfg.inner_adamw and train.optimizer == "adam" else train.optimizer
 

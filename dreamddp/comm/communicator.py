@@ -279,7 +279,7 @@ class Communicator:
 
     def _issue(self, record: CollectiveRecord, start_op: Callable[[], object], post, t: torch.Tensor) -> Handle:
         reserve = None if record.ready is None else functools.partial(self._reserve_through, record)
-        if self.carrier == "deferred":
+        if self.carrier != "eager":  # deferred, step: queued until a wait (or the iteration's end)
             handle = Handle(record, None, None, self._completed, _device_sync(t), self._deferred.start, self.hold_core,
                             reserve)
             self._deferred.add(handle, record.kind, t, start_op, post)
@@ -303,6 +303,12 @@ class Communicator:
         work = dist.all_reduce(view, op=dist.ReduceOp.AVG if native else dist.ReduceOp.SUM,
                                group=self.group, async_op=True)
         return work, self._div_post(view, native)
+
+    def end_iteration(self) -> None:
+        """The iteration is over: the step carrier starts what is still queued (the late
+        averages of a delayed merge), so it travels while the next iteration computes."""
+        if self.carrier == "step":
+            self._deferred.start()
 
     def drain(self) -> list[CollectiveRecord]:
         self._reserve_through()  # the records' deadlines are read from here on

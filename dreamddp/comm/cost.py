@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather")
 # How the real collectives carry the bytes under a paced link (comm/communicator.py).
-CARRIERS = ("eager", "deferred")
+CARRIERS = ("eager", "deferred", "step")
+QUEUED = ("deferred", "step")  # the carriers that hold real collectives in a queue until a wait
 
 
 def _check_kind(kind: str) -> None:

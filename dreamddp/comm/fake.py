@@ -130,6 +130,9 @@ class FakeCommunicator:
     def all_reduce_mean(self, values: torch.Tensor) -> None:
         values.copy_(self._mean(self._peers("all_reduce_mean", "", values)))
 
+    def end_iteration(self) -> None:
+        """Nothing queued here: every collective completes at its wait."""
+
     def drain(self) -> list[CollectiveRecord]:
         records, self._records = self._records, []
         return records

@@ -141,6 +141,7 @@ class PartialSyncEngine:
             if not self._launched[i] and op.launch is When.AFTER_STEP:
                 self._launch(i)
         self._wait(When.AFTER_STEP)
+        self.comm.end_iteration()
         for rec in self.comm.drain():
             self.stats.add_record(rec)
         self.stats.end = self.clock()

@@ -129,7 +129,8 @@ class Run:
         self.link = build_link(cfg.bandwidth)
         # A waiting worker must not lend its core where nothing else stops it (no CPU quota).
         contended = bool(ctx.host.get("oversubscribed")) and not ctx.host.get("cpu_quota")
-        self.comm = Communicator(link=self.link, carrier=self.link.carrier(cfg.bandwidth.carrier, ctx.device),
+        late = self.algo_cls.merges_late(cfg.algo)
+        self.comm = Communicator(link=self.link, carrier=self.link.carrier(cfg.bandwidth.carrier, ctx.device, late),
                                  hold_core=self.link.hold_core(cfg.bandwidth.hold_core, ctx.device, contended))
         # The algorithm decides what runs the model: the partial-sync engine, or DDP's own wrapper.
         self.engine, self.train_model = self.algo_cls.make_engine(self.model, self.units, self.comm, ctx,
@@ -262,7 +263,8 @@ class Run:
         H = int(self.cfg.algo.H)
         res = simulate_record(profile, OmegaConf.to_container(self.cfg, resolve=True), world=self.ctx.world_size,
                               link=link, plan=plan, skew=skew_of(profile.meta.get("compute_by_rank"), profile),
-                              carrier=self.link.real_transfer, iterations=PREDICTED_WINDOWS * H)
+                              carrier=self.link.real_transfer, carrier_at_step=self.comm.carrier == "step",
+                              iterations=PREDICTED_WINDOWS * H)
         per_position = [statistics.fmean(it for it, _ in res.per_iter[p::H]) for p in range(H)]
         return {"mean_iteration_time": res.mean_iter, "mean_wait": res.mean_wait, "per_position": per_position,
                 "link": "modelled" if link else "measured", "skew": "start-up passes"}

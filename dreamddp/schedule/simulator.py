@@ -95,11 +95,13 @@ class SimResult:
 
 def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Callable[[SyncOp], float], *,
                   H: int, iterations: int | None = None, skew: Skew | None = None, world: int = 1,
-                  carrier: Carrier | None = None) -> SimResult:
+                  carrier: Carrier | None = None, carrier_at_step: bool = False) -> SimResult:
     """Time ``iterations`` (default: one window of ``H``) after a warm-up window of ``H``.
 
     ``duration(op)``: seconds the link takes for ``op``; ``carrier``: the real collectives
-    the deferred carrier starts at a wait and their seconds (None: nothing beyond the link).
+    the deferred carrier starts at a wait and their seconds (None: nothing beyond the link);
+    ``carrier_at_step``: the step carrier, which also starts what is queued when an
+    iteration ends (``bandwidth.carrier=step``).
     Ranks: ``world`` when ``skew`` gives one sample set per rank, else one.
     """
     if not isinstance(H, int) or H < 1:
@@ -110,7 +112,7 @@ def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Calla
     ranks = len(skew.factors) if skew is not None else 1
     if skew is not None and ranks != world:
         raise ValueError(f"Skew: {ranks} ranks' samples for world {world}")
-    sim = _Ranks(compute, duration, carrier, ranks)
+    sim = _Ranks(compute, duration, carrier, ranks, carrier_at_step)
     draw = _draws(skew, ranks, H + n)
     per_iter, ops = [], []
     for t in range(H + n):
@@ -133,8 +135,9 @@ def _draws(skew: Skew | None, ranks: int, n: int) -> np.ndarray:
 class _Ranks:
     """Every rank's clock and FIFO link, advanced point by point through the plan."""
 
-    def __init__(self, compute: Compute, duration, carrier, ranks: int):
+    def __init__(self, compute: Compute, duration, carrier, ranks: int, carrier_at_step: bool = False):
         self.c, self.duration, self.carrier = compute, duration, carrier
+        self.carrier_at_step = carrier_at_step
         self.clock = np.zeros(ranks)
         self.link = np.zeros(ranks)
         self.due: dict[tuple[int, object], list[tuple[SyncOp, np.ndarray, np.ndarray, int]]] = {}
@@ -159,7 +162,8 @@ class _Ranks:
             self.queued.append((self.launches, t, op))
 
     def flush(self) -> None:
-        """The first wait starts every queued real transfer, once the slowest rank is there."""
+        """The first wait (the step carrier: also an iteration's end) starts every queued real
+        transfer, once the slowest rank is there."""
         end = max(self.real_free, float(self.clock.max()))
         for members, seconds in self.carrier([(t, op) for _, t, op in self.queued]):
             end += seconds
@@ -222,4 +226,6 @@ class _Ranks:
             if op.launch is When.AFTER_STEP:
                 self.launch(op, t, self.clock)
         waited += self.wait((t, When.AFTER_STEP))
+        if self.carrier_at_step and self.queued:
+            self.flush()
         return self.clock - start, waited, self.launched

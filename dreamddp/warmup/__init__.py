@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from dreamddp.checks import at_least
-from dreamddp.comm.cost import PROBE_BYTES
+from dreamddp.comm.cost import PROBE_BYTES, QUEUED
 from dreamddp.schedule.profile import Profile
 from dreamddp.warmup.profiler import measure_profile
 
@@ -52,9 +52,9 @@ class Warmup:
 
     def real_transfer(self) -> list[tuple[int, float]] | None:
         """(bytes, seconds) of all-reduces of comm.cost.PROBE_BYTES on the real backend,
-        unpaced (all ranks agree: the slowest); None unless the deferred carrier will expose
-        that transfer at the waits (an eager one runs it behind the link's pacing)."""
-        if self.comm.carrier != "deferred":
+        unpaced (all ranks agree: the slowest); None unless a queued carrier (deferred, step) will
+        expose that transfer at the waits (an eager one runs it behind the link's pacing)."""
+        if self.comm.carrier not in QUEUED:
             return None
         like = self.engine.units[0].params[0]
         secs = torch.tensor([self.comm.probe_latency(like, repeats=5, warmup=1, numel=b // like.element_size())

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from dreamddp.checks import ConfigError, choice, positive
-from dreamddp.comm.cost import CARRIERS, LinkModel, RealTransfer
+from dreamddp.comm.cost import CARRIERS, QUEUED, LinkModel, RealTransfer
 
 
 class Link:
@@ -42,8 +42,8 @@ class Link:
     def check_waits(cls, bandwidth) -> None:
         """The carrier and core-holding options: only a paced link has waits of its own."""
         choice("bandwidth.carrier", bandwidth.carrier, ("auto", *CARRIERS))
-        if bandwidth.carrier == "deferred" and not cls.paced:
-            raise ConfigError(f"bandwidth.carrier=deferred: only a paced link (emulated) can defer its real "
+        if bandwidth.carrier in QUEUED and not cls.paced:
+            raise ConfigError(f"bandwidth.carrier={bandwidth.carrier}: only a paced link (emulated) can defer its real "
                               f"collectives; on the {cls.name} link the real traffic is what is measured")
         if bandwidth.hold_core and not cls.paced:
             raise ConfigError(f"bandwidth.hold_core=true: only a paced link (emulated) has waits of its own to "
@@ -65,7 +65,7 @@ class Link:
         """Return (start, deadline) in ``time.perf_counter()`` seconds; no pacing by default."""
         return now, now
 
-    def carrier(self, requested: str, device) -> str:
+    def carrier(self, requested: str, device, late: bool = False) -> str:
         """How the real collectives run (comm/communicator.py): always at launch here,
         since an unpaced link's real traffic is the measurement."""
         return "eager"

@@ -101,12 +101,18 @@ class EmulatedLink(Link):
     def model(self) -> LinkModel:
         return LinkModel(self._gbps, self.latency_ms / 1e3, self.calibration, self.alpha_s or 0.0)
 
-    def carrier(self, requested: str, device) -> str:
-        """``auto``: deferred on CPU, where the workers' compute starves gloo's threads;
-        eager on GPUs, whose collectives run on their own streams."""
+    def carrier(self, requested: str, device, late: bool = False) -> str:
+        """``auto``: eager on GPUs, whose collectives run on their own streams; on CPU, where
+        the workers' compute starves gloo's threads, deferred, or step where averages merge
+        ``late`` (an algorithm's ``merges_late``): they start as the iteration ends, merged, and
+        travel behind the next one's compute, so the slowest rank has that long to launch its
+        own (4 workers on 2 cores, small GPT-2, merge_delay=1: 114 ms per iteration against
+        118 deferred; 2 workers one per core: 422 against 424; results/bench_carrier/)."""
         if requested != "auto":
             return requested
-        return "eager" if getattr(device, "type", str(device)) == "cuda" else "deferred"
+        if getattr(device, "type", str(device)) == "cuda":
+            return "eager"
+        return "step" if late else "deferred"
 
     def hold_core(self, requested: bool | None, device, contended: bool) -> bool:
         """``None`` (auto): on a contended CPU host (a sleeping worker would lend its core
