@@ -179,7 +179,7 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
         + f"Emulated link {calib['gbps'] * 1e3:.2f} Mbit/s in repetition 0 (all-reduce of the {calib['model_bytes'] / 2**20:.2f} MiB "
         f"model = {calib['ratio']:g} x the steady backward of {calib['backward_s'] * 1e3:.1f} ms); measured comm/backward "
         f"(S-SGD's exposed wait / its backward): {fmt_spread(median_spread(comm_backward), 2)}. Alpha (one collective): "
-        f"{rec['extra']['link']['alpha_ms']:.2f} ms. {_emulation(rec)} {_split(some)}",
+        f"{rec['extra']['link']['alpha_ms']:.2f} ms. {_emulation(rec, some)} {_split(some)}",
         "",
     ]
     lines += [
@@ -245,7 +245,19 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
                          "nosync": times.get("nosync@ideal")}
 
 
-def _emulation(rec: dict) -> str:
+def _carriers(rec: dict, segs: dict) -> str:
+    """The carrier of the runs on the emulated link: the one most ran with, and the runs with
+    another (carrier=auto picks step for the algorithms that merge late)."""
+    paced = {label: r["extra"]["link"].get("carrier", "eager") for label, r in segs.items()
+             if r["extra"]["link"].get("paced") and not label.endswith("@memory")}
+    if not paced:
+        return rec["extra"]["link"].get("carrier", "eager")
+    counts = sorted(set(paced.values()), key=lambda c: (-list(paced.values()).count(c), c))
+    others = [f"{c}: {', '.join(sorted(lb for lb, x in paced.items() if x == c))}" for c in counts[1:]]
+    return counts[0] + (f" ({'; '.join(others)})" if others else "")
+
+
+def _emulation(rec: dict, segs: dict) -> str:
     """How the host was shared (docs/bandwidth.md, "Emulating a cluster on a small CPU host"),
     or on a GPU run, which GPU the workers shared."""
     host, link = rec["extra"].get("host") or {}, rec["extra"]["link"]
@@ -258,7 +270,7 @@ def _emulation(rec: dict) -> str:
         f"no CPU quota ({host.get('cpu_quota_note', 'not recorded')})"
     pinned = "pinned" if host.get("pinned") else "not pinned"
     return (f"Host: {host.get('local_workers', '?')} workers on {host.get('cores', '?')} cores, {quota}, {pinned}; "
-            f"carrier {link.get('carrier', 'eager')}, hold_core {link.get('hold_core', False)}.")
+            f"carrier {_carriers(rec, segs)}, hold_core {link.get('hold_core', False)}.")
 
 
 def write(runs: str, out: str) -> None:
