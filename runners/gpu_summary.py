@@ -74,7 +74,7 @@ def main(argv=None) -> int:
         reps = jobs[some][model]
         first = reps[min(reps)]
         lines += [f"## {model}", "", f"GPU: {len(reps)} repetition{'s' if len(reps) != 1 else ''}. "
-                  + bench_report._emulation(next(iter(first.values()))) + " " + bench_report._split(first)]
+                  + bench_report._emulation(next(iter(first.values())), first) + " " + bench_report._split(first)]
         if model in cpu_jobs:
             cpu_first = cpu_jobs[model][min(cpu_jobs[model])]
             lines += ["", "CPU: " + bench_report._split(cpu_first)]
