@@ -9,6 +9,7 @@ from the committed records: ``python runners/bench_report.py results/bench``.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import statistics
@@ -252,9 +253,9 @@ def _carriers(rec: dict, segs: dict) -> str:
              if r["extra"]["link"].get("paced") and not label.endswith("@memory")}
     if not paced:
         return rec["extra"]["link"].get("carrier", "eager")
-    counts = sorted(set(paced.values()), key=lambda c: (-list(paced.values()).count(c), c))
-    others = [f"{c}: {', '.join(sorted(lb for lb, x in paced.items() if x == c))}" for c in counts[1:]]
-    return counts[0] + (f" ({'; '.join(others)})" if others else "")
+    counts = sorted(collections.Counter(paced.values()).items(), key=lambda cn: (-cn[1], cn[0]))
+    others = [f"{c}: {', '.join(sorted(lb for lb, x in paced.items() if x == c))}" for c, _ in counts[1:]]
+    return counts[0][0] + (f" ({'; '.join(others)})" if others else "")
 
 
 def _emulation(rec: dict, segs: dict) -> str:

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from dist_util import run_workers
-from dreamddp.comm import communicator
+from dreamddp.comm import ready
 from dreamddp.comm.communicator import Communicator
 from dreamddp.comm.links.emulated import EmulatedLink
 
@@ -43,7 +43,7 @@ class LateDevice:
 
 def _late_comm(carrier: str) -> tuple[Communicator, LateDevice]:
     device = LateDevice()
-    communicator.device_ready = lambda t, cache: device  # this worker process only
+    ready.device_ready = lambda t, cache: device  # this worker process only
     comm = Communicator(link=EmulatedLink(gbps=0.1, alpha_s=0.0), carrier=carrier)
     dist.barrier()
     return comm, device

@@ -41,7 +41,7 @@ AllReduce = Callable[[torch.Tensor], tuple[object, Post]]  # view -> (work, post
 class Pending:
     """A collective whose real work has not started yet."""
 
-    handle: object  # communicator.Handle: told started(work, post)
+    handle: object  # comm/handle.py Handle: told started(work, post)
     kind: str
     tensor: torch.Tensor  # the buffer the real collective works on (all-reduce: in place)
     start_op: Callable[[], object]  # starts it alone, as the eager carrier would

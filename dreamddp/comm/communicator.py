@@ -40,13 +40,9 @@ workers compute.  The modelled timing is the same either way.
 
 from __future__ import annotations
 
-import collections
 import functools
-import math
-import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -54,116 +50,15 @@ import torch
 import torch.distributed as dist
 
 from dreamddp.comm.carrier import DeferredCarrier
-from dreamddp.comm.cost import CARRIERS, ring_factor
+from dreamddp.comm.cost import CARRIERS, QUEUED
+from dreamddp.comm.handle import CollectiveRecord, Handle, make_record
 from dreamddp.comm.links.base import Link
 from dreamddp.comm.links.ideal import IdealLink
-from dreamddp.comm.ready import device_ready
+from dreamddp.comm.ready import DeviceOrder
 
 # torch 2.13 renamed the flat-tensor variants; the old names still work but warn.
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-
-
-@dataclass
-class CollectiveRecord:
-    kind: str
-    tag: str
-    nbytes: int  # payload bytes of the flat tensor
-    wire_bytes: float  # bytes this worker sends on a ring: ring_factor * nbytes
-    launch: float
-    start: float
-    deadline: float
-    complete: float | None = None
-    blocked: float = 0.0  # seconds the caller spent inside wait()
-    # (marker, mark) until the link is reserved from the device's ready time (CUDA: comm/ready.py);
-    # start and deadline are nan until then
-    ready: tuple | None = None
-
-
-def make_record(kind: str, tag: str, nbytes: int, world: int, link: Link) -> CollectiveRecord:
-    """Stamp launch time and reserve the link; touches no tensor data."""
-    now = time.perf_counter()
-    start, deadline = link.reserve(kind, nbytes, world, now)
-    return CollectiveRecord(
-        kind, tag, nbytes, ring_factor(kind, world) * nbytes, now, start, deadline
-    )
-
-
-class Handle:
-    """One in-flight collective: real work + link deadline + a post-op."""
-
-    def __init__(
-        self,
-        record: CollectiveRecord,
-        work=None,
-        post: Callable[[], None] | None = None,
-        on_complete: Callable[["Handle"], None] | None = None,
-        device_sync: Callable[[], None] | None = None,
-        issue: Callable[[], None] | None = None,
-        hold_core: bool = False,
-        reserve: Callable[[], None] | None = None,
-    ):
-        self.record = record
-        self._hold_core = hold_core  # wait busy (yielding), not asleep: see Communicator
-        self._work = work  # None: nothing real in flight (fake / trivially complete)
-        # CUDA: Work.wait() only orders streams; synchronising makes "blocked" include completion.
-        self._device_sync = device_sync
-        self._post = post
-        self._on_complete = on_complete
-        # Deferred carrier: starts the real collectives still pending (this one among them).
-        self._issue = issue
-        # CUDA on a paced link: reserves the wire from the device's ready time (record.ready)
-        self._reserve = reserve
-        self._lock = threading.Lock()
-        self._finished = False
-
-    def started(self, work, post: Callable[[], None] | None) -> None:
-        """The deferred carrier started this collective's real work (and its post-op)."""
-        self._work, self._post, self._issue = work, post, None
-
-    def done(self) -> bool:
-        work = self._work  # local: a concurrent wait() may clear the attribute
-        if self._finished:
-            return True
-        if self._issue is not None or (work is not None and not work.is_completed()):
-            return False
-        ready = self.record.ready
-        if ready is not None:
-            if not ready[0].done(ready[1]):
-                return False
-            self._reserve()
-        return time.perf_counter() >= self.record.deadline
-
-    def wait(self) -> float:
-        t0 = time.perf_counter()
-        with self._lock:
-            if self._finished:
-                return 0.0
-            if self._issue is not None:
-                self._issue()
-            if self._work is not None:
-                self._work.wait()  # asleep even when holding: the backend's threads need the core
-                if self._device_sync is not None:
-                    self._device_sync()
-            if self._reserve is not None:  # the device is past the mark by now: no wait here
-                self._reserve()
-            if self._hold_core:
-                while time.perf_counter() < self.record.deadline:
-                    os.sched_yield()
-            else:
-                remaining = self.record.deadline - time.perf_counter()
-                if remaining > 0:
-                    time.sleep(remaining)
-            if self._post is not None:
-                self._post()
-            end = time.perf_counter()
-            self.record.complete = end
-            self.record.blocked += end - t0
-            self._finished = True
-            self._work = self._post = None  # drop tensor references early
-        if self._on_complete is not None:
-            self._on_complete(self)
-        return end - t0
 
 
 def _device_sync(t: torch.Tensor) -> Callable[[], None] | None:
@@ -214,40 +109,17 @@ class Communicator:
         self._deferred = DeferredCarrier(self._start_all_reduce)
         self._live: set[Handle] = set()  # handles not yet completed (shifted by resume())
         self._paused_at: float | None = None
-        # CUDA launches on a paced link, in launch order, whose link time is not reserved yet:
-        # the link's FIFO takes them in that order once each one's device-ready time is known
-        self._unreserved: collections.deque[CollectiveRecord] = collections.deque()
-        self._reserving = threading.Lock()  # one resolver at a time, so the FIFO keeps launch order
-        self._markers: dict = {}  # device -> DeviceReady
+        # CUDA launches on a paced link: the link reserved from when the device reaches each one
+        self._device_order = DeviceOrder(self.link, self.world_size)
 
     # -- bookkeeping -------------------------------------------------------
     def _launch(self, kind: str, tag: str, nbytes: int, t: torch.Tensor) -> CollectiveRecord:
-        marker = device_ready(t, self._markers) if self.link.paced else None
-        if marker is None:
-            record = make_record(kind, tag, nbytes, self.world_size, self.link)
-        else:
-            record = CollectiveRecord(kind, tag, nbytes, ring_factor(kind, self.world_size) * nbytes,
-                                      time.perf_counter(), math.nan, math.nan, ready=(marker, marker.mark()))
+        record = make_record(kind, tag, nbytes, self.world_size, self.link, self._device_order.marker(t))
         with self._lock:
             self._records.append(record)
             self._pending += 1
-            if marker is not None:
-                self._unreserved.append(record)
+        self._device_order.add(record)
         return record
-
-    def _reserve_through(self, record: CollectiveRecord | None = None) -> None:
-        """Reserve the link for the unreserved launches up to ``record`` (None: all of them), in
-        launch order, each from when its device reached it (waits for the device that far)."""
-        with self._reserving:
-            while record is None or record.ready is not None:
-                with self._lock:
-                    if not self._unreserved:
-                        return
-                    head = self._unreserved.popleft()
-                marker, mark = head.ready
-                at = max(head.launch, marker.host_time(mark))
-                head.start, head.deadline = self.link.reserve(head.kind, head.nbytes, self.world_size, at)
-                head.ready = None
 
     def _completed(self, handle: Handle) -> None:
         with self._lock:
@@ -262,7 +134,7 @@ class Communicator:
     def pause(self) -> None:
         """Stop the link's clock between iterations (runners/bench_worker.py interleaves runs
         in one process group): what is on the modelled wire makes no progress until resume()."""
-        self._reserve_through()  # between iterations the device has passed every mark
+        self._device_order.reserve_through()  # between iterations the device has passed every mark
         self._paused_at = time.perf_counter()
 
     def resume(self) -> None:
@@ -278,8 +150,8 @@ class Communicator:
                 h.record.deadline += dt
 
     def _issue(self, record: CollectiveRecord, start_op: Callable[[], object], post, t: torch.Tensor) -> Handle:
-        reserve = None if record.ready is None else functools.partial(self._reserve_through, record)
-        if self.carrier != "eager":  # deferred, step: queued until a wait (or the iteration's end)
+        reserve = None if record.ready is None else functools.partial(self._device_order.reserve_through, record)
+        if self.carrier in QUEUED:  # held until a wait (step: or the iteration's end)
             handle = Handle(record, None, None, self._completed, _device_sync(t), self._deferred.start, self.hold_core,
                             reserve)
             self._deferred.add(handle, record.kind, t, start_op, post)
@@ -291,8 +163,7 @@ class Communicator:
             with self._lock:
                 self._records.remove(record)
                 self._pending -= 1
-                if record in self._unreserved:
-                    self._unreserved.remove(record)
+            self._device_order.discard(record)
             raise
         return self._track(Handle(record, work, post, self._completed, _device_sync(t), hold_core=self.hold_core,
                                   reserve=reserve))
@@ -311,7 +182,7 @@ class Communicator:
             self._deferred.start()
 
     def drain(self) -> list[CollectiveRecord]:
-        self._reserve_through()  # the records' deadlines are read from here on
+        self._device_order.reserve_through()  # the records' deadlines are read from here on
         with self._lock:
             records, self._records = self._records, []
         return records

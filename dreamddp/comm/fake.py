@@ -17,14 +17,8 @@ from typing import Callable
 
 import torch
 
-from dreamddp.comm.communicator import (
-    CollectiveRecord,
-    Handle,
-    check_avg,
-    check_flat,
-    check_sizes,
-    make_record,
-)
+from dreamddp.comm.communicator import check_avg, check_flat, check_sizes
+from dreamddp.comm.handle import CollectiveRecord, Handle, make_record
 from dreamddp.comm.links.base import Link
 from dreamddp.comm.links.ideal import IdealLink
 

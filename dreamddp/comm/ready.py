@@ -18,6 +18,9 @@ synchronisation is added, the device never waits for the host.
 
 from __future__ import annotations
 
+import collections
+import threading
+
 import torch
 
 from dreamddp.clock import Anchor, anchor_for
@@ -56,3 +59,45 @@ def device_ready(t: torch.Tensor, cache: dict) -> DeviceReady | None:
     if t.device not in cache:
         cache[t.device] = DeviceReady(t.device)
     return cache[t.device]
+
+
+class DeviceOrder:
+    """The launches on a paced link whose device had not reached them yet (CUDA), in launch
+    order: the link's FIFO reserves each one, in that order, from when its device got there."""
+
+    def __init__(self, link, world: int):
+        self.link, self.world = link, world
+        self._queue: collections.deque = collections.deque()  # records not reserved yet
+        self._lock = threading.Lock()
+        self._reserving = threading.Lock()  # one resolver at a time, so the FIFO keeps launch order
+        self._markers: dict = {}  # device -> DeviceReady
+
+    def marker(self, t: torch.Tensor) -> DeviceReady | None:
+        """The marker of a launch on ``t``'s device, or None where the link may be reserved at
+        once (CPU; an unpaced link, which reserves nothing)."""
+        return device_ready(t, self._markers) if self.link.paced else None
+
+    def add(self, record) -> None:
+        if record.ready is not None:
+            with self._lock:
+                self._queue.append(record)
+
+    def discard(self, record) -> None:
+        """A launch that never started (torch refused it)."""
+        with self._lock:
+            if record in self._queue:
+                self._queue.remove(record)
+
+    def reserve_through(self, record=None) -> None:
+        """Reserve the link for the queued launches up to ``record`` (None: all of them), in
+        launch order, each from when its device reached it (waits for the device that far)."""
+        with self._reserving:
+            while record is None or record.ready is not None:
+                with self._lock:
+                    if not self._queue:
+                        return
+                    head = self._queue.popleft()
+                marker, mark = head.ready
+                at = max(head.launch, marker.host_time(mark))
+                head.start, head.deadline = self.link.reserve(head.kind, head.nbytes, self.world, at)
+                head.ready = None
