@@ -109,7 +109,8 @@ def per_rep(reps: dict) -> dict:
             rec = segs.get(label)
             if rec is None:
                 continue
-            row = {"rep": r, "measured": _t(rec), "late": lateness(rec), "probed": record_carrier(rec) is not None}
+            row = {"rep": r, "measured": _t(rec), "late": lateness(rec), "probed": record_carrier(rec) is not None,
+                   "carrier": rec["extra"]["link"].get("carrier", "eager")}
             if REFERENCE in segs:
                 row["x_dreamddp"] = _t(rec) / _t(segs[REFERENCE])
             if profile is not None:
@@ -208,7 +209,7 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
         units = [s["longest_unit"] for s in st if s.get("longest_unit")]
         judged[label] = {**row, "longest_unit": units and (units[0][0], *(statistics.median(u[k] for u in units)
                                                                           for k in (1, 2, 3))),
-                         "measured_by_rep": {s["rep"]: s["measured"] for s in st}}
+                         "measured_by_rep": {s["rep"]: s["measured"] for s in st}, "carrier": st[0]["carrier"]}
         p = paper.get(label)
         lines.append(f"| {label} | {fmt_spread(row['iteration_s'])} | {fmt_spread(row['x_dreamddp'], 2)} | "
                      f"{'n/a' if p is None else f'{p:.2f}'} | {fmt_spread(row['authors_model_x_dreamddp'], 2)} | "

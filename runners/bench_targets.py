@@ -156,10 +156,14 @@ def _skew_reason(model: str, j: dict) -> str:
     delay, flsgd = (_skew_ms(j["rows"].get(label, {})) for label in ("dreamddp+delay", "flsgd"))
     if delay is None or flsgd is None:
         return f"- {model} dreamddp+delay vs flsgd: no prediction to split the skew from the rest."
+    how = {"deferred": "travel at the next wait (the deferred carrier), where every rank must be, every iteration",
+           "step": "start as each iteration ends (the step carrier), so every rank must have launched them by the "
+                   "next merge, every iteration",
+           "eager": "start at launch (the eager carrier), so every rank must have launched them by the next merge, "
+                    "every iteration"}[j["rows"]["dreamddp+delay"]["carrier"]]
     return (f"- {model} dreamddp+delay vs flsgd: the ranks' skew costs dreamddp+delay {delay:.1f} ms per iteration "
             f"and flsgd {flsgd:.1f} ms (predicted from the compute-only runs' ranks' spread): its late averages "
-            f"travel at the next wait (the deferred carrier), where every rank must be, every iteration, while flsgd meets once "
-            f"per window.")
+            f"{how}, while flsgd meets once per window.")
 
 
 def _bound_line(model: str, label: str, row: dict) -> str:
