@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import statistics
 import subprocess
 from pathlib import Path
+
+import bench_report
 
 from dreamddp.atomic import write_text
 from dreamddp.prediction import record_link
@@ -79,30 +80,40 @@ def iteration_lead(row: dict, index: dict[str, int], link, world: int) -> tuple[
     return (leads, free_device - free_launch) if leads else None
 
 
-def run_rows(gpu: Path) -> list[dict]:
-    out = []
-    for path in sorted(gpu.glob("bench/*/runs/*/rep*/*/run.json")):
-        rec = json.loads(path.read_text())
-        link = record_link(rec) if rec.get("extra", {}).get("link") else None
-        if link is None or path.parent.name.endswith("@memory"):
-            continue
-        index = {u["name"]: i for i, u in enumerate(rec["extra"]["units"])}
-        found = [x for x in (iteration_lead(r, index, link, rec["extra"]["world_size"]) for r in rec["iterations"])
-                 if x is not None]
-        if not found:
-            continue
-        leads = [lead for ls, _ in found for lead in ls]
-        later = [shift for _, shift in found]
-        out.append({"job": path.parts[-6], "model": path.parts[-4], "rep": path.parts[-3],
-                    "algorithm": path.parent.name, "marks": marks(rec["git_sha"]),
-                    "ops": len(leads), "iterations": len(found),
-                    "lead_ms": 1e3 * statistics.median(leads), "lead_max_ms": 1e3 * max(leads),
-                    "later_ms": 1e3 * statistics.median(later),
-                    "iteration_ms": 1e3 * rec["summary"]["mean_iteration_time"]})
-    return out
+def run_rows(gpu: Path) -> tuple[list[dict], dict]:
+    """The rows of every run with a sampled CUDA timeline, and each job's regime (its device line
+    and forward / backward / step split, as its bench README states them), by (job, model)."""
+    out, regimes = [], {}
+    for job in sorted(d for d in (gpu / "bench").iterdir() if (d / "runs").is_dir()):
+        for model, reps in bench_report.load(str(job / "runs")).items():
+            for rep, segs in sorted(reps.items()):
+                for label, rec in segs.items():
+                    row = _run_row(rec)
+                    if row is None or label.endswith("@memory"):
+                        continue
+                    out.append({"job": job.name, "model": model, "rep": f"rep{rep}", "algorithm": label, **row})
+                    regimes.setdefault((job.name, model), f"{bench_report._emulation(rec, segs)} "
+                                                          f"{bench_report._split(segs)}")
+    return out, regimes
 
 
-def report(rows: list[dict]) -> str:
+def _run_row(rec: dict) -> dict | None:
+    link = record_link(rec) if rec.get("extra", {}).get("link") else None
+    if link is None:
+        return None
+    index = {u["name"]: i for i, u in enumerate(rec["extra"]["units"])}
+    found = [x for x in (iteration_lead(r, index, link, rec["extra"]["world_size"]) for r in rec["iterations"])
+             if x is not None]
+    if not found:
+        return None
+    leads = [lead for ls, _ in found for lead in ls]
+    later = [shift for _, shift in found]
+    return {"marks": marks(rec["git_sha"]), "ops": len(leads), "iterations": len(found),
+            "lead_ms": 1e3 * statistics.median(leads), "lead_max_ms": 1e3 * max(leads),
+            "later_ms": 1e3 * statistics.median(later), "iteration_ms": 1e3 * rec["summary"]["mean_iteration_time"]}
+
+
+def report(rows: list[dict], regimes: dict) -> str:
     timed = [r for r in rows if r["marks"] == "events"]
     others = sorted({(r["job"], r["marks"]) for r in rows if r["marks"] != "events"})
     lines = ["# How far ahead of the GPU the host launched each collective", "",
@@ -122,6 +133,8 @@ def report(rows: list[dict]) -> str:
             f"({statistics.median(r['later_ms'] / r['iteration_ms'] for r in rs):.1%} of its iteration; "
             f"lead {statistics.median(r['lead_ms'] for r in rs):.1f} ms)" for a, rs in sorted(by_algo.items())) + ".",
                   ""]
+    lines += [f"Regime of job {job} ({model}): {regimes[(job, model)]}"
+              for job, model in sorted({(r["job"], r["model"]) for r in timed})] + [""]
     lines += ["| job | model | rep | algorithm | ops | sampled iterations | lead ms (median) | lead ms (max) "
               "| last deadline later by ms | iteration ms |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in timed:
@@ -139,10 +152,10 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", default="results/gpu")
     args = p.parse_args(argv)
     gpu = Path(args.gpu)
-    rows = run_rows(gpu)
+    rows, regimes = run_rows(gpu)
     if not rows:
         raise SystemExit(f"gpu_host_lead: no sampled CUDA timelines under {gpu}/bench")
-    write_text(str(gpu / "host_lead.md"), report(rows))
+    write_text(str(gpu / "host_lead.md"), report(rows, regimes))
     print(gpu / "host_lead.md")
     return 0
 
