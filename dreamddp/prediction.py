@@ -25,6 +25,7 @@ from dreamddp.engine.layout import UnitLayout
 from dreamddp.engine.plan import SyncOp
 from dreamddp.schedule.authors_model import modelled_times
 from dreamddp.schedule.profile import Profile
+from dreamddp.schedule.schedule_file import runs_as_names
 from dreamddp.schedule.simulator import Compute, SimResult, Skew, simulate_plan
 
 # Unknown bytes (an authors' profile without a link rate): every unit with parameters is
@@ -76,6 +77,8 @@ def op_seconds(profile: Profile, layout: UnitLayout, link: LinkModel | None):
         if link is not None:
             return link.seconds(op.collective, int(nbytes * op.scale), world)
         measured = float(comm[units].sum())
+        if op.part[1] > 1:  # a part: its share of the run's bytes
+            measured *= nbytes / layout.run_bytes(op.first, op.last)
         return measured * op.scale * ring_factor(op.collective, world) / ring_factor("all_reduce", world)
 
     return seconds
@@ -131,9 +134,8 @@ def bind_to_profile(cfg, profile: Profile, layout: UnitLayout, link: LinkModel |
     if schedule is not None:
         if not cls.scheduled:
             raise ValueError(f"algo={cfg.name}: takes no schedule")
-        names = layout.names
-        as_names = lambda rs: None if rs is None else [[(names[a], names[b]) for a, b in its] for its in rs]  # noqa: E731
-        setup = cls.setup_from_schedule(int(cfg.H), schedule, as_names(runs), as_names(delayed))
+        setup = cls.setup_from_schedule(int(cfg.H), schedule, runs_as_names(runs, layout.names),
+                                        runs_as_names(delayed, layout.names))
     else:
         alpha = link.alpha_s if link is not None else 0.0
         setup = cls.setup_from_profile(cfg, planning_profile(profile, layout, link), alpha)

@@ -28,8 +28,9 @@ has half the variance of one.
   assignment of units to iterations could leave, each unit's all-reduce
   overrunning what remains of backward after its gradient (or, overlapped,
   of the next forward up to the unit); with a delayed merge, each unit either
-  that or, merged late, what overruns d iterations of compute, and never less
-  than the window's traffic over H); for the others their plan is their structure.
+  that or, merged late, what overruns d iterations of compute (each of its
+  parts, when ``algo.late_parts`` lets the plan cut it), and never less than
+  the window's traffic over H); for the others their plan is their structure.
 """
 
 from __future__ import annotations
@@ -126,15 +127,22 @@ def compute_time(profile: Profile) -> float:
     return sum(profile.fwd.values()) + sum(profile.bp.values()) + profile.step_time
 
 
-def longest_unit(rec: dict, profile: Profile) -> tuple[str, float, float, float]:
-    """(unit, its all-reduce seconds on the run's link, one iteration's compute, the step).  A
-    late all-reduce runs behind merge_delay iterations of compute less the step it launches
-    after, so a delayed merge reaches the compute-only iteration only where every unit's
-    all-reduce fits in that room."""
+def late_parts(rec: dict) -> int:
+    """The most parts the run's plan may cut a late collective into (records before the cut: 1)."""
+    algo = rec["config"]["algo"]
+    return max(1, min(int(algo.get("late_parts") or 1), int(algo["H"])))
+
+
+def longest_unit(rec: dict, profile: Profile) -> tuple[str, float, float, float, int]:
+    """(unit, its all-reduce seconds on the run's link, one iteration's compute, the step, the
+    most parts a late collective may be cut into).  A late all-reduce runs behind merge_delay
+    iterations of compute less the step it launches after, so a delayed merge reaches the
+    compute-only iteration only where every unit's all-reduce, or each of its parts, fits in
+    that room."""
     link, world = record_link(rec), rec["extra"]["world_size"]
     comm = {u: link.seconds("all_reduce", profile.nbytes[u], world) for u in profile.units}
     unit = max(comm, key=comm.get)
-    return unit, comm[unit], compute_time(profile), profile.step_time
+    return unit, comm[unit], compute_time(profile), profile.step_time, late_parts(rec)
 
 
 def structure_bound(label: str, rec: dict, profile: Profile) -> float:
@@ -158,7 +166,7 @@ def structure_bound(label: str, rec: dict, profile: Profile) -> float:
     delay = int(algo.get("merge_delay") or 0)
     if not delay:
         return compute + hiding_bound(ready[synced], comm[synced], end[synced]) / H
-    # merged late: from after the step to the end of backward d iterations later, alone on the link;
-    # and no plan keeps the link busier than the whole window
-    late = np.maximum(0.0, comm - (delay * compute - profile.step_time))
+    # merged late: from after the step to the end of backward d iterations later, alone on the link,
+    # in as many parts as the run may cut it into; and no plan keeps the link busier than the window
+    late = np.maximum(0.0, comm / late_parts(rec) - (delay * compute - profile.step_time))
     return max(compute + float(np.minimum(overrun, late)[synced].sum()) / H, float(comm.sum()) / H)

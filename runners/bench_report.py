@@ -21,12 +21,14 @@ from bench_segments import IDEAL, OPT_IN, TIMED
 from bench_targets import targets
 
 from dreamddp.atomic import write_csv, write_text
+from dreamddp.engine.plan import part_bounds
 from dreamddp.prediction import record_carrier, record_link
 from dreamddp.results.spread import fmt_spread, median_spread
 from dreamddp.results.target import time_to_target, train_loss_points
 from dreamddp.schedule.authors_model import modelled_times
 from dreamddp.schedule.compare import reference_root
 from dreamddp.schedule.profile import load_profile, scaled
+from dreamddp.schedule.schedule_file import late_part
 
 REFERENCE = bp.REFERENCE
 # engine-overhead ratios (same job); an opt-in segment's only where its job ran it
@@ -113,6 +115,9 @@ def per_rep(reps: dict) -> dict:
                    "carrier": rec["extra"]["link"].get("carrier", "eager")}
             if REFERENCE in segs:
                 row["x_dreamddp"] = _t(rec) / _t(segs[REFERENCE])
+            if any(label in segs for label in bp.COMPUTE_ONLY):
+                # backward alone: waits never fall inside it (overlap_forward's do fall in forward)
+                row["compute_over"] = bp.timed_mean(rec, "backward") / bp.reference_mean(segs, "backward")
             if profile is not None:
                 row.update(predicted=bp.predict(rec, profile, skew), plan_bound=bp.plan_bound(rec, profile),
                            plan_real=bp.plan_bound(rec, profile, real=True),
@@ -128,8 +133,13 @@ def in_flight_bytes(rec: dict | None) -> int | None:
     if not rec or not rec["extra"]["algorithm"].get("delayed"):
         return None
     late, d = rec["extra"]["algorithm"]["delayed"], int(rec["config"]["algo"]["merge_delay"])
-    nbytes = [4 * u["numel"] for u in rec["extra"]["units"]]
-    per = [sum(sum(nbytes[a:b + 1]) for a, b in its) for its in late]
+    numel = [u["numel"] for u in rec["extra"]["units"]]
+
+    def nbytes(entry) -> int:  # a run, or its part
+        lo, hi = part_bounds(sum(numel[entry[0]:entry[1] + 1]), late_part(entry))
+        return 4 * (hi - lo)
+
+    per = [sum(map(nbytes, its)) for its in late]
     return max(sum(per[(h - k) % len(per)] for k in range(d)) for h in range(len(per)))
 
 
@@ -204,11 +214,12 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
                "predicted_over_measured": ratio("predicted"),
                "late_ms": median_spread([1e3 * s["late"] for s in st if s.get("late") is not None]),
                "time_to_target_s": median_spread(ttt.get(label, [])), "ttt_x_dreamddp": median_spread(ttt_ratio.get(label, [])),
-               "compute_s": col("compute"), "probed": all(s["probed"] for s in st)}
+               "compute_s": col("compute"), "probed": all(s["probed"] for s in st),
+               "compute_over": col("compute_over")}
         rows.append(row)
         units = [s["longest_unit"] for s in st if s.get("longest_unit")]
         judged[label] = {**row, "longest_unit": units and (units[0][0], *(statistics.median(u[k] for u in units)
-                                                                          for k in (1, 2, 3))),
+                                                                          for k in (1, 2, 3, 4))),
                          "measured_by_rep": {s["rep"]: s["measured"] for s in st}, "carrier": st[0]["carrier"]}
         p = paper.get(label)
         lines.append(f"| {label} | {fmt_spread(row['iteration_s'])} | {fmt_spread(row['x_dreamddp'], 2)} | "
@@ -218,6 +229,12 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
                      f"{fmt_spread(row['predicted_over_measured'], 2)} | {fmt_spread(row['late_ms'], 1)} | "
                      f"{fmt_spread(row['time_to_target_s'], 1)} | {fmt_spread(row['ttt_x_dreamddp'], 2)} |")
     ran = {label for s in reps.values() for label in s}
+    varied = {f"{label} / {label.rsplit('+', 1)[0]}": median_spread(
+        [_t(s[label]) / _t(s[label.rsplit("+", 1)[0]]) for s in reps.values() if label in s and label.rsplit("+", 1)[0] in s])
+        for label in TIMED if label in OPT_IN and label in ran}
+    if any(varied.values()):
+        lines += ["", "Opt-in variants over the run they vary (iteration time ratios, same job): "
+                  + "; ".join(f"{k} {fmt_spread(v, 3)}" for k, v in varied.items() if v) + "."]
     times = {label: median_spread([_t(s[label]) for s in reps.values() if label in s])
              for label in IDEAL if label in ran or label not in OPT_IN}
     over = {f"{a.split('@')[0]} / {b.split('@')[0]}":

@@ -28,6 +28,11 @@ def segments(bucket_mb: float) -> list[dict]:
         seg("dreamddp+delay+eager", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=eager"], opt_in=True),
         # opt-in: the late averages started, merged, when the iteration ends (the step carrier)
         seg("dreamddp+delay+step", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=step"], opt_in=True),
+        # opt-in: the late averages carried at the next wait (carrier=auto picks step for them on a CPU)
+        seg("dreamddp+delay+deferred", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=deferred"],
+            opt_in=True),
+        # opt-in: the delayed merge with no late collective cut into parts (as before algo.late_parts)
+        seg("dreamddp+delay+whole", ["algo=dreamddp", "algo.merge_delay=1", "algo.late_parts=1"], opt_in=True),
         seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
         seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
         # opt-in: DDP's like for like (buckets all-reduced as backward makes them), where S-SGD

@@ -30,6 +30,10 @@ def _reason(row: dict) -> str:
     """Why measured exceeds the bound, from the numbers: schedule, skew, and the rest."""
     measured = row["iteration_s"][0]
     parts = []
+    slow = row.get("compute_over")
+    if slow and slow[0] > 1.03:
+        parts.append(f"its backward ran {fmt_spread(slow, 2)} x the compute-only runs' in the same job "
+                     "(the model charges their speed)")
     if row["bound_over_measured"] and row["plan_over_measured"]:
         plan, bound = measured * row["plan_over_measured"][0], measured * row["bound_over_measured"][0]
         if plan - bound > 0.005 * measured:
@@ -141,13 +145,15 @@ def _ceiling_reason(model: str, j: dict, nosync: float) -> str:
         return (f"- {model} dreamddp+delay against the compute-only iteration: no bound in this job (the bounds "
                 "take the per-unit profile of its dreamddp run, which did not run).")
     measured, bound = row["iteration_s"][0], row["bound_s"][0]
-    unit, comm, compute, step = row["longest_unit"]
+    unit, comm, compute, step, parts = row["longest_unit"]
+    cut = (f", in {parts:.0f} parts (algo.late_parts) {1e3 * comm / parts:.0f} ms each" if parts > 1 else
+           " (its plan could not cut it: algo.late_parts=1)")
     return (f"- {model} dreamddp+delay against the compute-only iteration: its own bound is {1e3 * bound:.1f} ms, "
             f"{1e3 * (bound - nosync):.1f} ms over nosync's {1e3 * nosync:.1f} ms: a late all-reduce runs behind "
             f"merge_delay iterations of compute less the step it follows ({1e3 * (compute - step):.0f} ms with "
             f"merge_delay=1, {1e3 * (2 * compute - step):.0f} ms with 2), and the longest one, {unit}'s, takes "
-            f"{1e3 * comm:.0f} ms on this link. Measured {1e3 * measured:.1f} ms, {1e3 * (measured - bound):.1f} ms "
-            f"over that bound.")
+            f"{1e3 * comm:.0f} ms on this link{cut}. Measured {1e3 * measured:.1f} ms, "
+            f"{1e3 * (measured - bound):.1f} ms over that bound.")
 
 
 def _skew_reason(model: str, j: dict) -> str:

@@ -43,6 +43,7 @@ CONFIG = [
     (["data=synthetic", "data.synthetic_size=0"], "data.synthetic_size=0: must be >= 1"),
     (["data.eval_fraction=-0.5"], "data.eval_fraction=-0.5: must be in (0, 1)"),
     (["algo=flsgd", "algo.H=-1"], "algo.H=-1: must be >= 1"),
+    (["algo=dreamddp", "algo.late_parts=0"], "algo.late_parts=0: must be >= 1"),
     (["algo=streaming_diloco", "algo.outer_lr=0"], "algo.outer_lr=0.0: must be > 0"),
     (["algo=streaming_diloco", "algo.outer_momentum=1.5"], "algo.outer_momentum=1.5: must be in [0, 1)"),
     (["algo=streaming_diloco", "algo.fragment_pattern=zigzag"], "algo.fragment_pattern=zigzag: unknown value"),
@@ -126,6 +127,33 @@ def test_schedule_files(tmp_path, compose_cfg, name):
         path.write_text(body(_units()))
     with pytest.raises(ConfigError) as info:
         validate(compose_cfg(["algo=dreamddp", "algo.H=2", f"algo.schedule={path}"]))
+    _one_line(info.value, f"algo.schedule={path}: ")
+    assert words in str(info.value)
+
+
+def _delayed(u: list[str], late: list, twice: bool = False) -> str:
+    """A window of 3 with every unit in iteration 2 (and the first one in 1 too), late as given."""
+    schedule = {**{n: 2 for n in u}, u[0]: [1, 2] if twice else 2}
+    return json.dumps({"H": 3, "schedule": schedule, "delayed": late})
+
+
+DELAYED = {  # late collectives and their parts (algo.merge_delay=1, H=3): file body, words of the line
+    "part-out-of-range": (lambda u: _delayed(u, [[], [], [[u[0], u[0], 2, 2]]]), "part k of n, 0 <= k < n <= H"),
+    "part-missing": (lambda u: _delayed(u, [[], [], [[u[0], u[0], 0, 2]]]), "expected each of 0..n-1 once"),
+    "part-not-a-collective": (lambda u: _delayed(u, [[], [[u[0], u[0], 0, 2]], [[u[0], u[0], 1, 2]]]),
+                              "is not one of iteration 1's collectives"),
+    "part-resyncs": (lambda u: _delayed(u, [[[u[0], u[0], 1, 2]], [], [[u[0], u[0], 0, 2]]], twice=True),
+                     "syncs again within algo.merge_delay=1 iterations of 0"),
+}
+
+
+@pytest.mark.parametrize("name", list(DELAYED))
+def test_delayed_schedule_files(tmp_path, compose_cfg, name):
+    body, words = DELAYED[name]
+    path = tmp_path / "schedule.json"
+    path.write_text(body(_units()))
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg(["algo=dreamddp", "algo.H=3", "algo.merge_delay=1", f"algo.schedule={path}"]))
     _one_line(info.value, f"algo.schedule={path}: ")
     assert words in str(info.value)
 

@@ -14,6 +14,8 @@ cannot finish in place goes late.
 from __future__ import annotations
 
 import json
+
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -24,8 +26,10 @@ from dreamddp.comm.fake import FakeCommunicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.units import enumerate_units
 from dreamddp.run.checkpoint import step_dir
-from dreamddp.schedule.delay import split_delayed
+from dreamddp.engine.plan import Payload, SyncOp, When, part_bounds
+from dreamddp.schedule.delay import plan_delayed, split_delayed, window_plans
 from dreamddp.schedule.profile import Profile
+from dreamddp.schedule.schedule_file import resyncs
 from engine_fixtures import algo_cfg, batch, engine_step, loss_of, small_model
 from test_checkpoint import SMALL, _differences
 
@@ -33,6 +37,8 @@ UNITS = ["4", "3", "2", "0"]  # small_model's units in backward order
 H = 3
 SCHEDULE = {"4": [0], "3": [1], "2": [2], "0": [2]}
 LATE = [[("4", "4")], [], [("2", "2"), ("0", "0")]]  # iteration 1's unit stays in place
+# unit 4 cut in two parts: part 0 launched in its own iteration 0, part 1 in iteration 1
+LATE_PARTS = [[("4", "4", 0, 2)], [("4", "4", 1, 2)], [("2", "2"), ("0", "0")]]
 
 
 def peer(kind, tag, t):
@@ -46,11 +52,11 @@ def mean(x: torch.Tensor) -> torch.Tensor:
     return total.div_(2)
 
 
-def run_engine(delay: int, steps: int) -> nn.Module:
+def run_engine(delay: int, steps: int, late=LATE) -> nn.Module:
     model = small_model()
     setup = {"schedule": {"H": H, "schedule": SCHEDULE}}
     if delay:
-        setup["schedule"]["delayed"] = [[list(r) for r in its] for its in LATE]
+        setup["schedule"]["delayed"] = [[list(r) for r in its] for its in late]
     algo = build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=delay), setup)
     engine = PartialSyncEngine(model, enumerate_units(model), FakeCommunicator(world_size=2, peer_fn=peer), algo)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -59,14 +65,26 @@ def run_engine(delay: int, steps: int) -> nn.Module:
     return model
 
 
-def run_reference(delay: int, steps: int) -> nn.Module:
-    """The update rule by hand, on a plain model: no engine, no flat buffers."""
+def run_reference(delay: int, steps: int, late_spec=LATE) -> nn.Module:
+    """The update rule by hand, on a plain model: no engine, no flat buffers.  A part (k, n)
+    of a unit is elements [numel * k // n, numel * (k + 1) // n) of its parameters laid end
+    to end in registration order."""
     model = small_model()
     modules = dict(model.named_modules())
     params = lambda name: list(modules[name].parameters(recurse=False))  # noqa: E731
+    flat = lambda name: torch.cat([p.detach().reshape(-1) for p in params(name)])  # noqa: E731
+
+    def write(name: str, lo: int, values: torch.Tensor) -> None:
+        whole = flat(name)
+        whole[lo:lo + values.numel()] = values
+        pos = 0
+        for p in params(name):
+            p.copy_(whole[pos:pos + p.numel()].view_as(p))
+            pos += p.numel()
+
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    late = {name for its in LATE for name, _ in its} if delay else set()
-    pending: dict[int, list] = {}  # merge iteration -> [(param, snapshot, its average)]
+    late = {entry[0] for its in late_spec for entry in its} if delay else set()
+    pending: dict[int, list] = {}  # merge iteration -> [(unit, first element, snapshot, its average)]
     for t in range(steps):
         h = t % H
         opt.zero_grad(set_to_none=False)
@@ -76,15 +94,16 @@ def run_reference(delay: int, steps: int) -> nn.Module:
                 if h in its and name not in late:
                     for p in params(name):
                         p.copy_(mean(p))
-            for p, snapshot, avg in pending.pop(t, []):  # merged late: avg + (p - snapshot)
-                p.copy_(avg + (p - snapshot))
+            for name, lo, snapshot, avg in pending.pop(t, []):  # merged late: avg + (p - snapshot)
+                write(name, lo, avg + (flat(name)[lo:lo + snapshot.numel()] - snapshot))
         opt.step()
         with torch.no_grad():
-            for name, its in SCHEDULE.items():
-                if h in its and name in late:
-                    for p in params(name):
-                        snapshot = p.detach().clone()
-                        pending.setdefault(t + delay, []).append((p, snapshot, mean(snapshot)))
+            for entry in late_spec[h] if delay else []:
+                name, (k, n) = entry[0], entry[2:] or (0, 1)
+                numel = flat(name).numel()
+                lo, hi = numel * k // n, numel * (k + 1) // n
+                snapshot = flat(name)[lo:hi].clone()
+                pending.setdefault(t + delay, []).append((name, lo, snapshot, mean(snapshot)))
     return model
 
 
@@ -97,6 +116,18 @@ def test_engine_follows_the_update_rule_bitwise(delay):
         assert torch.equal(a, b), f"merge_delay={delay}: {name}"
     if delay:  # and the delay changes the trajectory (the test can tell them apart)
         assert not all(torch.equal(a, b) for a, b in zip(engine_model.parameters(), run_reference(0, steps).parameters()))
+
+
+@pytest.mark.parametrize("delay", [1, 2])
+def test_parts_of_a_cut_run_follow_the_update_rule_bitwise(delay):
+    """A late run cut in parts: each part is the rule on its slice, launched in its own iteration."""
+    steps = 4 * H
+    engine_model = run_engine(delay, steps, LATE_PARTS)
+    reference = run_reference(delay, steps, LATE_PARTS)
+    for (name, a), (_, b) in zip(engine_model.named_parameters(), reference.named_parameters()):
+        assert torch.equal(a, b), f"merge_delay={delay}: {name}"
+    whole = run_engine(delay, steps)  # and cutting changes the trajectory
+    assert not all(torch.equal(a, b) for a, b in zip(engine_model.parameters(), whole.parameters()))
 
 
 def test_merged_value_is_the_average_of_the_workers_snapshots():
@@ -161,13 +192,17 @@ def test_only_what_cannot_land_in_place_goes_late():
 
 
 def test_resumed_with_averages_in_flight_ends_where_the_uninterrupted_run_does(tmp_path):
-    """Checkpoint at step 3 while iteration 2's late averages (H=3, merge_delay=1) are in flight."""
+    """Checkpoint at step 3 while iteration 2's late averages (H=3, merge_delay=1) are in flight,
+    one of them part 0 of a run cut in two."""
     from dreamddp.models import build_model, model_units
 
     with torch.device("meta"):
         names = [u.name for u in model_units(build_model("gpt2", "tiny", vocab_size=8192))]
     schedule = {n: [i % 3] for i, n in enumerate(names)}
     late = [[], [], [[n, n] for i, n in enumerate(names) if i % 3 == 2]]
+    cut = late[2].pop(0)[0]  # one of them in two parts: part 0 in iteration 2, part 1 in iteration 0
+    late[2].append([cut, cut, 0, 2])
+    late[0].append([cut, cut, 1, 2])
     path = tmp_path / "schedule.json"
     path.write_text(json.dumps({"H": 3, "schedule": schedule, "delayed": late}))
     algo = ["algo=dreamddp", "algo.H=3", "algo.merge_delay=1", f"algo.schedule={path}"]
@@ -177,6 +212,7 @@ def test_resumed_with_averages_in_flight_ends_where_the_uninterrupted_run_does(t
     assert [r["iteration"] for r in b["iterations"]] == [3, 4, 5]
     state = torch.load(step_dir(tmp_path / "a", 3) / "rank00000.pt", weights_only=True)
     assert state["algorithm"]["late"], "nothing was in flight at the save"
+    assert [0, 2] in [entry[3] for entry in state["algorithm"]["late"]], "no part was in flight at the save"
     for rank in (0, 1):
         name = f"rank{rank:05d}.pt"
         diff = _differences(step_dir(tmp_path / "a", 6) / name, step_dir(tmp_path / "b", 6) / name)
@@ -222,3 +258,65 @@ def test_payload_place_names_the_memory_the_engine_uses():
             assert storage(real) == storage(expected)
             seen.add(buffer)
     assert seen == {"params", "late copies"}
+
+
+def test_a_late_run_too_long_for_its_room_is_cut_into_parts():
+    # backward 1 s per unit, forward .5, step .1: a late collective has 3.5 s (one iteration's
+    # compute less the step); a's all-reduce takes 6 s, so whole it overruns the next iteration
+    # by 2.5 s, in two parts of 3 s it fits
+    p = Profile(units=["c", "b", "a"], bp={"c": 1.0, "b": 1.0, "a": 1.0}, comm={"c": 0.1, "b": 0.1, "a": 6.0},
+                fwd={"a": 0.2, "b": 0.2, "c": 0.1}, step_time=0.1)
+    runs = [[(0, 0)], [(1, 1)], [(2, 2)], []]
+    kept, whole = plan_delayed(p, 4, runs, 1, max_parts=1)
+    assert whole[2] == [(2, 2)] and not whole[3]
+    kept, cut = plan_delayed(p, 4, runs, 1, max_parts=4)
+    assert cut[2] == [(2, 2, 0, 2)] and cut[3] == [(2, 2, 1, 2)]  # two parts gain all there is: no more
+    plans = lambda late: window_plans(kept, late, 1, False)  # noqa: E731
+    part = [op for op in plans(cut)[3] if op.lag]
+    assert part == [SyncOp(2, 2, Payload.PARAM, When.AFTER_STEP, When.END_OF_BACKWARD, lag=1, part=(1, 2))]
+    # a part may not go where its unit syncs again (the merge would overwrite that average) ...
+    again = [[(0, 0)], [(1, 1)], [(2, 2)], [(2, 2)]]
+    assert resyncs(again, 3, (2, 2, 1, 2), 1) and resyncs(again, 2, (2, 2), 1)
+    assert not resyncs(again, 0, (2, 2, 2, 3), 1)  # part 2 of 3 in iteration 0 merges before iteration 2's
+    # ... and whatever the search makes of such a window, no late collective of it does
+    kept, late = plan_delayed(p, 4, again, 1, max_parts=4)
+    assert not any(resyncs(kept, h, e, 1) for h, its in enumerate(late) for e in its)
+
+
+def test_parts_split_the_run_exactly():
+    for n in (1, 7, 10):
+        for parts in (1, 2, 3, 4):
+            bounds = [part_bounds(n, (k, parts)) for k in range(parts)]
+            assert bounds[0][0] == 0 and bounds[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+            assert max(hi - lo for lo, hi in bounds) - min(hi - lo for lo, hi in bounds) <= 1
+    with pytest.raises(ValueError, match="part"):
+        SyncOp(0, 0, Payload.PARAM, When.AFTER_STEP, When.END_OF_BACKWARD, lag=1, part=(2, 2))
+    with pytest.raises(ValueError, match="one run"):
+        SyncOp(0, 0, Payload.OUTER, When.AFTER_STEP, When.AFTER_STEP, part=(0, 2))
+
+
+def test_the_search_keeps_a_cut_run_whole_and_never_lets_a_merge_be_overwritten():
+    """Every candidate of the local search keeps each cut run's parts together at their home, and
+    no late collective of it has its units synced again before its merge."""
+    from dreamddp.schedule.delay import _moves
+
+    H, delay = 5, 1
+    runs = [[(0, 0), (3, 3)], [(1, 1)], [(2, 2)], [(0, 0)], [(3, 3)]]  # units 0 and 3 sync twice
+    late = [[(3, 3, 0, 2)], [(3, 3, 1, 2)], [(2, 2)], [], []]
+    comm = np.array([1.0, 2.0, 3.0, 4.0])
+    seen = 0
+    for rs, ls in _moves(runs, late, delay, comm):
+        seen += 1
+        chains, whole = {}, set()
+        for h, its in enumerate(ls):
+            for e in its:
+                assert not resyncs(rs, h, e, delay), (rs, ls)
+                if len(e) == 4:
+                    home = (h - e[2]) % H
+                    assert (e[0], e[1]) in rs[home], (rs, ls)
+                    chains.setdefault((home, e[:2]), set()).add(e[2])
+                else:
+                    whole.add((h, e))
+        assert chains == {(0, (3, 3)): {0, 1}} and (0, (3, 3)) not in whole, ls
+    assert seen > 5

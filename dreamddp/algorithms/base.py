@@ -155,9 +155,9 @@ class Algorithm:
         slices merge), so the simulator asks here.  Default: gradients and parameters on the
         engine's flat buffers; a payload made at launch, a buffer of its own."""
         if op.payload is Payload.GRAD:
-            return "grads", layout.offsets[op.first]
+            return "grads", layout.op_offset(op)
         if op.payload is Payload.PARAM:
-            return "params", layout.offsets[op.first]
+            return "params", layout.op_offset(op)
         return ("made at launch", t, op), 0
 
     # ---- engine side: the tensor work ----
@@ -209,9 +209,10 @@ class Algorithm:
 
 def op_tag(engine, op: SyncOp, prefix: str | None = None) -> str:
     """The accounting tag of an op's collective: ``param:<unit name>`` for one unit,
-    ``param:<first>-<last>`` for a run."""
+    ``param:<first>-<last>`` for a run, ``#k/n`` after it for part k of n."""
     kind = prefix or op.payload.value
-    return f"{kind}:{engine.units[op.first].name}" if op.first == op.last and not op.more else f"{kind}:{op.first}-{op.last}"
+    tag = f"{kind}:{engine.units[op.first].name}" if op.first == op.last and not op.more else f"{kind}:{op.first}-{op.last}"
+    return tag if op.part[1] == 1 else f"{tag}#{op.part[0]}/{op.part[1]}"
 
 
 class Landed:

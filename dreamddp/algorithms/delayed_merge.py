@@ -33,6 +33,9 @@ wait returns, and on a busy core that moment came after the next copy was
 made in one of two measured runs (make bench, ResNet-18: 2x the bytes in
 flight over plain training).  With d >= 2 batches overlap: a copy each.
 
+A part of a cut run (schedule/delay.py) is the same on its slice of the run's
+parameters.
+
 The engine's ``flush`` only lets a late average land (the merge stays at its
 iteration); a checkpoint keeps every landed, unmerged average (and its
 snapshot), so a resumed run merges it at the same step.
@@ -76,7 +79,7 @@ class DelayedMerge:
             if o == op:
                 break
             if is_late(o):
-                offset += layout.run_bytes(o.first, o.last)
+                offset += layout.op_bytes(o)
         return "late copies", offset
 
     def _copy(self, engine, op: SyncOp):
@@ -110,11 +113,12 @@ class DelayedMerge:
     def late_state(self) -> list:
         """The late averages landed but not merged (after the engine's flush)."""
         # cloned: a view of the shared buffer would save all of it
-        return [(due, op.first, op.last, *(t if t is None else t.clone() for t in self.late[op]))
+        return [(due, op.first, op.last, list(op.part), *(t if t is None else t.clone() for t in self.late[op]))
                 for due, op in self.engine.in_flight() if is_late(op)]
 
     def load_late_state(self, entries: list, delay: int) -> None:
-        for due, first, last, avg, snapshot in entries:
-            op = late_op(first, last, delay)
+        for due, first, last, *rest in entries:
+            part, avg, snapshot = rest if len(rest) == 3 else ((0, 1), *rest)  # before parts: whole runs
+            op = late_op(first, last, delay, tuple(part))
             self.late[op] = (avg, snapshot)
             self.engine.adopt(due, op, Landed())

@@ -28,8 +28,8 @@ from dreamddp.checks import ConfigError, at_least, choice
 from dreamddp.schedule.cost import groups as schedule_groups
 from dreamddp.schedule.delay import plan_delayed, window_plans
 from dreamddp.schedule.make import make_plan
-from dreamddp.schedule.schedule_file import (ScheduleError, assign_delayed, assign_runs, assign_units,
-                                             read_schedule_file)
+from dreamddp.schedule.schedule_file import (ScheduleError, assign_delayed, assign_runs, assign_units, late_run,
+                                             read_schedule_file, runs_as_names)
 
 SCHEDULERS = ("dreamddp", "optimal", "general")
 
@@ -57,6 +57,10 @@ class DreamDDPConfig(AlgoConfig):
     # backward d iterations later, corrected for the local progress made meanwhile
     # (delayed_merge.py); 1 <= d < H.
     merge_delay: int = 0
+    # With merge_delay: the most parts a late collective the link cannot carry within its
+    # room (d iterations of compute less the step) may be cut into, part k launched k
+    # iterations after the collective's own (schedule/delay.py), at most H; 1 = never cut.
+    late_parts: int = 4
 
 
 @ALGORITHMS.register
@@ -71,6 +75,7 @@ class DreamDDP(DelayedMerge, PartialParamSync):
         super().check(cfg)
         choice("algo.scheduler", cfg.scheduler, SCHEDULERS)
         at_least("algo.merge_delay", cfg.merge_delay, 0)
+        at_least("algo.late_parts", cfg.late_parts, 1)
         if cfg.merge_delay >= cfg.H:
             raise ConfigError(f"algo.merge_delay={cfg.merge_delay}: must be below algo.H={cfg.H} (a unit's average "
                               "merges before the unit syncs again)")
@@ -117,11 +122,11 @@ class DreamDDP(DelayedMerge, PartialParamSync):
         window = schedule_groups(profile, H, schedule)
         runs = (assign_runs(collectives, window, names) if collectives is not None
                 else [[(u, u) for u in g] for g in window])
-        runs, late = plan_delayed(profile, H, runs, cfg.merge_delay, alpha, cfg.overlap_forward)
+        runs, late = plan_delayed(profile, H, runs, cfg.merge_delay, alpha, cfg.overlap_forward, cfg.late_parts)
         schedule = {u: [h for h, its in enumerate(runs) if any(a <= i <= b for a, b in its)] for i, u in enumerate(names)}
-        as_names = lambda rs: [[(names[a], names[b]) for a, b in its] for its in rs]  # noqa: E731
         fused = any(a != b for its in runs for a, b in its)
-        made = cls.setup_from_schedule(H, schedule, as_names(runs) if fused else None, as_names(late))["schedule"]
+        made = cls.setup_from_schedule(H, schedule, runs_as_names(runs, names) if fused else None,
+                                       runs_as_names(late, names))["schedule"]
         return {"schedule": {**made, "source": f"{source}, merge_delay={cfg.merge_delay}"}}
 
     @classmethod
@@ -155,8 +160,9 @@ class DreamDDP(DelayedMerge, PartialParamSync):
         self.groups, self.runs, self.delayed = _window(self.made, self.cfg.merge_delay, list(layout.names),
                                                        layout.modules, self.source)
         self.H = len(self.groups)
-        self.inplace = [sorted(u for a, b in runs for u in range(a, b + 1) if (a, b) not in late)
-                        for runs, late in zip(self.runs, self.delayed)]
+        gone = [{late_run(e) for e in late} for late in self.delayed]
+        self.inplace = [sorted(u for a, b in runs for u in range(a, b + 1) if (a, b) not in g)
+                        for runs, g in zip(self.runs, gone)]
         self._plans = window_plans(self.runs, self.delayed, self.cfg.merge_delay, self.cfg.overlap_forward)
 
     def state_dict(self) -> dict:

@@ -48,7 +48,7 @@ from dreamddp.clock import Stamps, clock_for
 from dreamddp.engine.divergence import divergence
 from dreamddp.engine.flat import FlatModel
 from dreamddp.engine.layout import UnitLayout
-from dreamddp.engine.plan import Payload, Plan, SyncOp, When
+from dreamddp.engine.plan import Payload, Plan, SyncOp, When, part_bounds
 from dreamddp.engine.stats import IterationStats
 from dreamddp.engine.units import Unit
 
@@ -61,7 +61,8 @@ class PartialSyncEngine:
         self.algorithm = algorithm
         self.flat = FlatModel(units)
         self.layout = UnitLayout(tuple(u.name for u in units), tuple(u.nbytes for u in units),
-                                 frozenset(n for n, _ in model.named_modules() if n), comm.world_size)
+                                 frozenset(n for n, _ in model.named_modules() if n), comm.world_size,
+                                 self.flat.params.element_size())
         self.clock = clock_for(self.flat.params.device)  # device-synchronised stamps on CUDA
         self.sample_every = sample_every  # record per-unit timelines every k iterations (0: never)
         self.t = -1
@@ -184,10 +185,15 @@ class PartialSyncEngine:
     # ---- tensors ----------------------------------------------------------
     def tensor(self, op: SyncOp) -> torch.Tensor:
         if op.payload is Payload.GRAD:
-            return self.flat.grad_slice(op.first, op.last)
-        if op.payload is Payload.PARAM:
-            return self.flat.param_slice(op.first, op.last)
-        raise ValueError(f"{self.algorithm.name}: a {op.payload.value} payload is made by its own launch()")
+            whole = self.flat.grad_slice(op.first, op.last)
+        elif op.payload is Payload.PARAM:
+            whole = self.flat.param_slice(op.first, op.last)
+        else:
+            raise ValueError(f"{self.algorithm.name}: a {op.payload.value} payload is made by its own launch()")
+        if op.part[1] == 1:
+            return whole
+        lo, hi = part_bounds(whole.numel(), op.part)
+        return whole[lo:hi]
 
     # ---- internals ---------------------------------------------------------
     def _index(self, plan: Plan):

@@ -12,6 +12,8 @@ import functools
 import itertools
 from dataclasses import dataclass
 
+from dreamddp.engine.plan import part_bounds
+
 
 @dataclass(frozen=True)
 class UnitLayout:
@@ -19,6 +21,7 @@ class UnitLayout:
     nbytes: tuple[int, ...]  # parameter bytes of each unit (0: a profile's parameter-free module)
     modules: frozenset[str]  # every module name of the model (schedule files may name any)
     world: int  # workers taking part in the collectives
+    itemsize: int = 4  # bytes per parameter element (a part of a run is cut in whole elements)
 
     def __post_init__(self) -> None:
         if len(self.names) != len(self.nbytes):
@@ -35,8 +38,20 @@ class UnitLayout:
         return self.offsets[last + 1] - self.offsets[first]
 
     def op_bytes(self, op) -> int:
-        """The parameter bytes of every unit an op covers (all its runs), before ``op.scale``."""
+        """The parameter bytes of every unit an op covers (all its runs, or its part), before ``op.scale``."""
+        if op.part[1] > 1:
+            lo, hi = self._part(op)
+            return hi - lo
         return sum(self.run_bytes(a, b) for a, b in op.runs)
+
+    def op_offset(self, op) -> int:
+        """Byte offset of an op's (first run's) data in the engine's flat buffers."""
+        return self.offsets[op.first] + (self._part(op)[0] if op.part[1] > 1 else 0)
+
+    def _part(self, op) -> tuple[int, int]:
+        """Byte range of an op's part within its run, cut in whole elements as the engine cuts it."""
+        lo, hi = part_bounds(self.run_bytes(op.first, op.last) // self.itemsize, op.part)
+        return lo * self.itemsize, hi * self.itemsize
 
     @functools.cached_property
     def offsets(self) -> tuple[int, ...]:

@@ -7,7 +7,10 @@ communication in one place.
 
 An op names units by index in backward order.  Ops on gradients or
 parameters cover ONE contiguous run, so their tensor is one slice of the
-engine's flat buffer: collectives run in place on model memory.  Ops whose
+engine's flat buffer: collectives run in place on model memory.  Such an op
+may also cover one ``part`` of its run, (k, n): the k-th of n near-equal
+element ranges of the slice, so a run too large for the link to carry in one
+iteration goes out in pieces over several (schedule/delay.py).  Ops whose
 payload the algorithm derives itself at launch (``Payload.OUTER``) may cover
 several runs (``more``).
 
@@ -72,6 +75,8 @@ class SyncOp:
     # Payload bytes over the fp32 bytes of the units (a quantised all-gather sends less
     # per element but gathers every rank's share): what the link charges.
     scale: float = 1.0
+    # (k, n): only the k-th of n near-equal element ranges of the run (part_bounds); (0, 1): all of it
+    part: tuple[int, int] = (0, 1)
 
     def __post_init__(self) -> None:
         if self.first > self.last or any(a > b for a, b in self.more):
@@ -82,6 +87,11 @@ class SyncOp:
             raise ValueError(f"SyncOp: collective {self.collective!r} (expected one of {', '.join(KINDS)})")
         if self.more and self.payload is not Payload.OUTER:
             raise ValueError("SyncOp: several runs need a payload the algorithm derives (Payload.OUTER)")
+        k, n = self.part
+        if not 0 <= k < n:
+            raise ValueError(f"SyncOp: part {self.part} (expected (k, n) with 0 <= k < n)")
+        if n > 1 and (self.more or self.payload is Payload.OUTER):
+            raise ValueError("SyncOp: a part of a run is a slice of the flat buffers: one run of gradients or parameters")
         if self.at is not None and self.launch is not When.BEFORE_FORWARD:
             raise ValueError("SyncOp: 'at' places a BEFORE_FORWARD launch only")
         lag = self.lag
@@ -113,6 +123,12 @@ class SyncOp:
 
 
 Plan = tuple[SyncOp, ...]
+
+
+def part_bounds(n: int, part: tuple[int, int]) -> tuple[int, int]:
+    """Element range [lo, hi) of part (k, parts) of ``n`` elements: near-equal, in order, covering all."""
+    k, parts = part
+    return n * k // parts, n * (k + 1) // parts
 
 
 def contiguous_runs(units: Iterable[int]) -> list[tuple[int, int]]:

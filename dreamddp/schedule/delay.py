@@ -23,10 +23,19 @@ scheduler's own window (any of dreamddp / optimal / general):
    place pays for the slowest rank as it will): toggle a run between in place
    and late, move a unit synced once to another iteration, drop a repeated
    (bubble-filled) sync; improvements only, so the result is never worse than
-   the split of the scheduler's window under that model.
+   the split of the scheduler's window under that model;
+3. the cut, before the search and again after it: a late run the link
+   cannot carry within its room (merge_delay iterations of compute less the
+   step it follows) alone, GPT-2's tied embedding on a slow link, is cut into
+   n near-equal parts (n up to ``algo.late_parts``), part k launched k
+   iterations after the run's own, each merged merge_delay iterations after
+   its launch, when the simulated window gains by it.  Every part is as stale
+   as a whole late run; the unit's elements are averaged once per window,
+   over n iterations instead of one.  The search leaves a cut run as it is.
 
 A run never goes late when one of its units syncs again before the merge
-(the merge would overwrite that average).  Pure: numpy only.
+(the merge would overwrite that average; the other parts of a cut run carry
+other elements).  Pure: numpy only.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import numpy as np
 from dreamddp.engine.plan import Payload, Plan, SyncOp, When
 from dreamddp.schedule.cost import Run, arrays
 from dreamddp.schedule.profile import Profile
+from dreamddp.schedule.schedule_file import late_part, late_run, resyncs
 from dreamddp.schedule.simulator import Compute, Skew, simulate_plan
 
 _EPS = 1e-12
@@ -50,32 +60,30 @@ def inplace_op(first: int, last: int, overlap_forward: bool) -> SyncOp:
     return SyncOp(first, last, Payload.PARAM, When.UNIT_READY, complete)
 
 
-def late_op(first: int, last: int, delay: int) -> SyncOp:
+def late_op(first: int, last: int, delay: int, part: tuple[int, int] = (0, 1)) -> SyncOp:
     """A collective launched after the step on a copy, merged at the end of backward ``delay`` later."""
-    return SyncOp(first, last, Payload.PARAM, When.AFTER_STEP, When.END_OF_BACKWARD, lag=delay)
+    return SyncOp(first, last, Payload.PARAM, When.AFTER_STEP, When.END_OF_BACKWARD, lag=delay, part=part)
 
 
-def window_plans(runs: list[list[Run]], late: list[list[Run]], delay: int, overlap_forward: bool) -> list[Plan]:
-    """Each iteration's plan: its runs in place, then its late runs."""
+def window_plans(runs: list[list[Run]], late: list[list[tuple]], delay: int, overlap_forward: bool) -> list[Plan]:
+    """Each iteration's plan: its runs in place, then its late runs and parts."""
     plans = []
     for its, lates in zip(runs, late):
-        ops = [inplace_op(a, b, overlap_forward) for a, b in its if (a, b) not in lates]
-        plans.append(tuple(ops) + tuple(late_op(a, b, delay) for a, b in lates))
+        gone = {late_run(e) for e in lates}
+        ops = [inplace_op(a, b, overlap_forward) for a, b in its if (a, b) not in gone]
+        plans.append(tuple(ops) + tuple(late_op(*late_run(e), delay, late_part(e)) for e in lates))
     return plans
 
 
-def run_seconds(comm: np.ndarray, run: Run, alpha: float) -> float:
-    """One collective over the run: each unit's measured all-reduce includes one alpha."""
-    a, b = run
+def run_seconds(comm: np.ndarray, run: tuple, alpha: float) -> float:
+    """One collective over the run (or its part ``(first, last, k, n)``): each unit's measured
+    all-reduce includes one alpha, a part carries 1/n of the rest."""
+    a, b = late_run(run)
     units = comm[a : b + 1]
     n = int((units > 0).sum())
-    return float(units.sum()) - alpha * max(0, n - 1)
-
-
-def _resynced(runs: list[list[Run]], h: int, run: Run, delay: int) -> bool:
-    H = len(runs)
-    mine = set(range(run[0], run[1] + 1))
-    return any(mine & {u for a, b in runs[(h + k) % H] for u in range(a, b + 1)} for k in range(1, delay + 1))
+    whole = float(units.sum()) - alpha * max(0, n - 1)
+    parts = late_part(run)[1]
+    return whole if parts == 1 or whole <= alpha else alpha + (whole - alpha) / parts
 
 
 def split_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, alpha: float = 0.0,
@@ -104,7 +112,7 @@ def split_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, a
             link, late = carry, []
             for run in sorted(runs[h], key=lambda r: (ready[r[1]], r[1])):
                 finish = max(link, float(ready[run[1]])) + run_seconds(comm, run, alpha)
-                if finish <= deadline(run) + _EPS or _resynced(runs, h, run, delay):
+                if finish <= deadline(run) + _EPS or resyncs(runs, h, run, delay):
                     link = finish
                 else:
                     late.append(run)
@@ -116,9 +124,10 @@ def split_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, a
 
 
 def plan_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, alpha: float = 0.0,
-                 overlap_forward: bool = False) -> tuple[list[list[Run]], list[list[Run]]]:
-    """(runs, late runs) per iteration: the split of the scheduler's window, then improved by
-    local search on the simulated window (module docstring)."""
+                 overlap_forward: bool = False, max_parts: int = 1) -> tuple[list[list[Run]], list[list[tuple]]]:
+    """(runs, late runs and parts) per iteration: the split of the scheduler's window, improved
+    by local search on the simulated window, then the cut of late runs too long for their room
+    into at most ``max_parts`` parts (module docstring)."""
     late = split_delayed(profile, H, runs, delay, alpha, overlap_forward)
     if delay < 1:
         return runs, late
@@ -126,7 +135,7 @@ def plan_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, al
     compute = Compute(fwd=np.array([profile.fwd.get(u, 0.0) for u in profile.units], dtype=float),
                       bp=arrays(profile)[0], step=profile.step_time,
                       fwd_rest=max(0.0, float(sum(profile.fwd.values())) - sum(profile.fwd.get(u, 0.0) for u in profile.units)))
-    seconds = lambda op: run_seconds(comm, (op.first, op.last), alpha)  # noqa: E731
+    seconds = lambda op: run_seconds(comm, (op.first, op.last, *op.part), alpha)  # noqa: E731
     total = float(compute.fwd.sum() + compute.fwd_rest + compute.bp.sum() + compute.step)
     skew = Skew.of(profile.meta.get("compute_by_rank"), total)  # the same draws for every candidate
     world = len(skew.factors) if skew is not None else 1
@@ -140,7 +149,11 @@ def plan_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, al
 
     runs = [sorted(its) for its in runs]
     late = [sorted(its) for its in late]
-    best = cost(runs, late)
+    room = delay * total - compute.step  # a late collective runs from after one step to d backwards later
+    too_long = lambda r: run_seconds(comm, r, alpha) > room  # noqa: E731
+    # cut before the search too: on its sampled skew a whole overlong run can look no better
+    # late than in place, and the search would settle it in place, where no cut reaches it
+    late, best = _cut(runs, late, delay, max_parts, too_long, cost, cost(runs, late))
     improved = True
     while improved and budget[0] > 0:
         improved = False
@@ -151,24 +164,58 @@ def plan_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, al
             if c < best * (1 - 1e-9):
                 runs, late, best, improved = rs, ls, c, True
                 break
+    late, best = _cut(runs, late, delay, max_parts, too_long, cost, best)
     return runs, late
 
 
-def _moves(runs: list[list[Run]], late: list[list[Run]], delay: int, comm: np.ndarray):
-    """Candidate windows one change away, the likeliest gains first: toggle a run's lateness
-    (largest runs first), move a single-unit run to another iteration, drop a repeated sync."""
+def _cut(runs: list[list[Run]], late: list[list[tuple]], delay: int, max_parts: int, too_long, cost, best: float):
+    """Cut each late run ``too_long`` for its room into the number of parts (2..max_parts, part k
+    k iterations after its own) the simulated window gains most by; (late, its cost)."""
     H = len(runs)
+    for h in range(H):
+        for run in [r for r in late[h] if len(r) == 2 and too_long(r)]:
+            chosen = None
+            for n in range(2, min(max_parts, H) + 1):
+                parts = [(*run, k, n) for k in range(n)]
+                if any(resyncs(runs, (h + k) % H, p, delay) for k, p in enumerate(parts)):
+                    break  # a longer chain reaches the same conflict
+                ls = [list(x) for x in late]
+                ls[h].remove(run)
+                for k, p in enumerate(parts):
+                    ls[(h + k) % H] = sorted(ls[(h + k) % H] + [p])
+                c = cost(runs, ls)
+                if c < best * (1 - 1e-9):
+                    chosen, best = ls, c
+            if chosen is not None:
+                late = chosen
+    return late, best
+
+
+def _moves(runs: list[list[Run]], late: list[list[tuple]], delay: int, comm: np.ndarray):
+    """Candidate windows one change away, the likeliest gains first: toggle a run's lateness
+    (largest runs first), move a single-unit run to another iteration, drop a repeated sync.
+    A run cut into parts stays as it is; no candidate lets a late collective be overwritten."""
+    H = len(runs)
+    for rs, ls in _candidates(runs, late, delay, comm):
+        if not any(resyncs(rs, j, e, delay) for j in range(H) for e in ls[j]):
+            yield rs, ls
+
+
+def _candidates(runs: list[list[Run]], late: list[list[tuple]], delay: int, comm: np.ndarray):
+    H = len(runs)
+    cut = {((h - late_part(e)[0]) % H, late_run(e)) for h in range(H) for e in late[h] if len(e) == 4}
     count: dict[int, int] = {}
     for its in runs:
         for a, b in its:
             for u in range(a, b + 1):
                 count[u] = count.get(u, 0) + 1
-    by_size = sorted(((h, r) for h in range(H) for r in runs[h]), key=lambda hr: -float(comm[hr[1][0]:hr[1][1] + 1].sum()))
+    by_size = sorted(((h, r) for h in range(H) for r in runs[h] if (h, r) not in cut),
+                     key=lambda hr: -float(comm[hr[1][0]:hr[1][1] + 1].sum()))
     for h, run in by_size:
         ls = [list(x) for x in late]
         if run in late[h]:
             ls[h].remove(run)
-        elif not _resynced(runs, h, run, delay):
+        elif not resyncs(runs, h, run, delay):
             ls[h] = sorted(ls[h] + [run])
         else:
             continue
@@ -177,10 +224,10 @@ def _moves(runs: list[list[Run]], late: list[list[Run]], delay: int, comm: np.nd
         a, b = run
         if a != b:
             continue
-        if count[a] > 1:  # a repeated sync: drop this one
+        if count[a] > 1:  # a repeated sync: drop this one (parts stay while their run stays home)
             rs = [list(x) for x in runs]
             rs[h].remove(run)
-            ls = [[r for r in x if r in rs[k]] for k, x in enumerate(late)]
+            ls = [[e for e in x if late_run(e) in rs[(k - late_part(e)[0]) % H]] for k, x in enumerate(late)]
             yield rs, ls
             continue
         for k in range(1, H):
@@ -190,12 +237,7 @@ def _moves(runs: list[list[Run]], late: list[list[Run]], delay: int, comm: np.nd
             rs, ls = [list(x) for x in runs], [list(x) for x in late]
             rs[h].remove(run)
             rs[g] = sorted(rs[g] + [run])
-            was_late = run in late[h]
-            if was_late:
+            if run in late[h]:
                 ls[h].remove(run)
-                if _resynced(rs, g, run, delay):
-                    continue
                 ls[g] = sorted(ls[g] + [run])
-            if any(l in ls[j] and _resynced(rs, j, l, delay) for j in range(H) for l in ls[j]):
-                continue
             yield rs, ls

@@ -4,7 +4,7 @@ Format (the DreamDDP authors' ``schedule.json``, plus two optional keys)::
 
     {"H": H, "schedule": {module: i or [i, ...]},
      "collectives": [[[first, last], ...], ...],       # optional, one list per iteration
-     "delayed": [[[first, last], ...], ...]}           # optional (merge_delay), one list per iteration
+     "delayed": [[[first, last] or [first, last, k, n], ...], ...]}  # optional (merge_delay)
 
 module names are leaf-module names and every i is in [0, H).  Names of
 modules without parameters of their own (dropout, activations, a tied LM
@@ -15,7 +15,10 @@ the listed runs, each one collective over the units first..last (backward
 order), launched when its last unit's gradient is ready (general schedules).
 ``delayed`` lists, per iteration, which of its collectives are merged late
 (``algo.merge_delay``, schedule/delay.py): launched after the step on a copy of
-the parameters and merged at the end of a later backward.
+the parameters and merged at the end of a later backward.  ``[first, last, k,
+n]`` is part k of n of such a collective (a near-equal slice of its
+parameters): part 0 in the iteration the run is one of the collectives of,
+part k in the k-th iteration after it.
 Errors are ``ScheduleError``: one line, naming the file.
 """
 
@@ -47,13 +50,51 @@ def read_schedule(path) -> tuple[int, dict[str, list[int]]]:
     return made["H"], made["schedule"]
 
 
-def _runs_per_iteration(path, key: str, value, H: int) -> list[list[tuple[str, str]]]:
-    ok = isinstance(value, list) and len(value) == H and all(
-        isinstance(its, list) and all(isinstance(r, list) and len(r) == 2 and all(isinstance(n, str) for n in r)
-                                      for r in its) for its in value)
+def _runs_per_iteration(path, key: str, value, H: int) -> list[list[tuple]]:
+    parts = key == "delayed"
+
+    def entry_ok(r) -> bool:
+        if not isinstance(r, list) or len(r) not in ((2, 4) if parts else (2,)):
+            return False
+        names, part = r[:2], r[2:]
+        return (all(isinstance(n, str) for n in names) and all(isinstance(i, int) and not isinstance(i, bool) for i in part)
+                and (not part or 0 <= part[0] < part[1] <= H))
+
+    ok = isinstance(value, list) and len(value) == H and all(isinstance(its, list) and all(map(entry_ok, its))
+                                                             for its in value)
     if not ok:
-        raise ScheduleError(f"{path}: '{key}' must be {H} lists (one per iteration) of [first, last] unit names")
-    return [[(a, b) for a, b in its] for its in value]
+        shape = "[first, last] unit names (or [first, last, k, n]: part k of n, 0 <= k < n <= H)" if parts else \
+            "[first, last] unit names"
+        raise ScheduleError(f"{path}: '{key}' must be {H} lists (one per iteration) of {shape}")
+    return [[tuple(r) for r in its] for its in value]
+
+
+def late_run(entry: tuple) -> tuple:
+    """The run (first, last) of a late collective ``(first, last)`` or part ``(first, last, k, n)``."""
+    return entry[0], entry[1]
+
+
+def late_part(entry: tuple) -> tuple[int, int]:
+    """Its part (k, n): (0, 1) for the whole run."""
+    return (entry[2], entry[3]) if len(entry) == 4 else (0, 1)
+
+
+def runs_as_names(runs: list[list[tuple]] | None, names) -> list[list[tuple]] | None:
+    """Per-iteration runs (and parts) of unit indices as unit names, as a schedule file lists them."""
+    return None if runs is None else [[(names[r[0]], names[r[1]], *r[2:]) for r in its] for its in runs]
+
+
+def resyncs(runs: list[list[tuple[int, int]]], h: int, entry: tuple, delay: int) -> bool:
+    """True when units of the late collective ``entry`` launched in iteration ``h`` sync again
+    before it merges ``delay`` iterations later (the merge would overwrite that average), or
+    share the iteration of a part away from home with another sync.  The other parts of its
+    run do not count: they carry other elements."""
+    H = len(runs)
+    (a, b), k = late_run(entry), late_part(entry)[0]
+    home = (h - k) % H
+    mine = set(range(a, b + 1))
+    near = [(h + j) % H for j in range(1, delay + 1)] + ([h] if k else [])
+    return any(mine & {u for x, y in runs[g] for u in range(x, y + 1)} for g in near if g != home)
 
 
 def read_schedule_file(path) -> dict:
@@ -134,24 +175,32 @@ def assign_runs(collectives: list[list[tuple[str, str]]], groups: list[list[int]
     return out
 
 
-def assign_delayed(delayed: list[list[tuple[str, str]]], runs: list[list[tuple[int, int]]], unit_names: list[str],
-                   delay: int, source: str = "schedule") -> list[list[tuple[int, int]]]:
+def assign_delayed(delayed: list[list[tuple]], runs: list[list[tuple[int, int]]], unit_names: list[str],
+                   delay: int, source: str = "schedule") -> list[list[tuple]]:
     """Per iteration, the collectives merged ``delay`` iterations late as (first, last) unit
-    indices: each one of that iteration's collectives, none of whose units syncs again
-    before its merge (the merge would overwrite that average)."""
+    indices, or parts (first, last, k, n): each one of its home iteration's collectives (part
+    k: k iterations after home), every part of a cut run listed, none of whose units syncs
+    again before its merge (the merge would overwrite that average)."""
     index = {n: i for i, n in enumerate(unit_names)}
     H = len(runs)
-    out = []
+    out, chains = [], {}
     for h, its in enumerate(delayed):
         late = []
-        for first, last in its:
+        for entry in its:
+            (first, last), (k, n) = late_run(entry), late_part(entry)
+            named = f"delayed {list(entry)!r}"
             run = (index.get(first, -1), index.get(last, -1))
-            if run not in runs[h]:
-                raise ScheduleError(f"{source}: delayed [{first!r}, {last!r}] is not one of iteration {h}'s collectives")
-            again = {u for k in range(1, delay + 1) for a, b in runs[(h + k) % H] for u in range(a, b + 1)}
-            if again & set(range(run[0], run[1] + 1)) and delay > 0:
-                raise ScheduleError(f"{source}: delayed [{first!r}, {last!r}] syncs again within algo.merge_delay={delay}"
-                                    f" iterations of {h}")
-            late.append(run)
+            home = (h - k) % H
+            if run not in runs[home]:
+                raise ScheduleError(f"{source}: {named} is not one of iteration {home}'s collectives")
+            if delay > 0 and resyncs(runs, h, (*run, k, n), delay):
+                raise ScheduleError(f"{source}: {named} syncs again within algo.merge_delay={delay} iterations of {h}")
+            chains.setdefault((home, run), []).append((k, n))
+            late.append(run if n == 1 else (*run, k, n))
         out.append(sorted(late))
+    for (home, run), parts in chains.items():
+        n = parts[0][1]
+        if sorted(parts) != [(k, n) for k in range(n)]:
+            raise ScheduleError(f"{source}: the delayed collective [{unit_names[run[0]]!r}, {unit_names[run[1]]!r}] of "
+                                f"iteration {home} is listed as parts {sorted(parts)}: expected each of 0..n-1 once")
     return out
