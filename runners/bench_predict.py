@@ -44,6 +44,7 @@ import numpy as np
 from dreamddp.prediction import record_carrier, record_link, simulate_record, skew_of
 from dreamddp.run.summary import warmup_cut
 from dreamddp.schedule.cost import arrays
+from dreamddp.schedule.delay import late_room
 from dreamddp.schedule.general import hiding_bound
 from dreamddp.schedule.profile import Profile, load_profile, scaled
 
@@ -72,6 +73,16 @@ def reference_rows(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> list[d
 def reference_mean(segs: dict, field: str, labels: tuple[str, ...] = COMPUTE_ONLY) -> float:
     """Mean of one per-iteration field over the compute-only runs' timed iterations."""
     return statistics.fmean(r[field] for r in reference_rows(segs, labels))
+
+
+SLOW = 0.03  # a run's backward this much over the compute-only runs' in the same job: its compute ran slower
+
+
+def backward_over_reference(rec: dict, segs: dict) -> float:
+    """The run's steady backward over the compute-only runs' in its job.  Backward alone: no wait
+    falls inside it (overlap_forward's fall in forward), so it says whether the run computed slower
+    than the compute the predictions charge."""
+    return timed_mean(rec, "backward") / reference_mean(segs, "backward")
 
 
 def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profile | None:
@@ -168,5 +179,5 @@ def structure_bound(label: str, rec: dict, profile: Profile) -> float:
         return compute + hiding_bound(ready[synced], comm[synced], end[synced]) / H
     # merged late: from after the step to the end of backward d iterations later, alone on the link,
     # in as many parts as the run may cut it into; and no plan keeps the link busier than the window
-    late = np.maximum(0.0, comm / late_parts(rec) - (delay * compute - profile.step_time))
+    late = np.maximum(0.0, comm / late_parts(rec) - late_room(compute, profile.step_time, delay))
     return max(compute + float(np.minimum(overrun, late)[synced].sum()) / H, float(comm.sum()) / H)

@@ -116,8 +116,7 @@ def per_rep(reps: dict) -> dict:
             if REFERENCE in segs:
                 row["x_dreamddp"] = _t(rec) / _t(segs[REFERENCE])
             if any(label in segs for label in bp.COMPUTE_ONLY):
-                # backward alone: waits never fall inside it (overlap_forward's do fall in forward)
-                row["compute_over"] = bp.timed_mean(rec, "backward") / bp.reference_mean(segs, "backward")
+                row["compute_over"] = bp.backward_over_reference(rec, segs)
             if profile is not None:
                 row.update(predicted=bp.predict(rec, profile, skew), plan_bound=bp.plan_bound(rec, profile),
                            plan_real=bp.plan_bound(rec, profile, real=True),
@@ -229,9 +228,10 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
                      f"{fmt_spread(row['predicted_over_measured'], 2)} | {fmt_spread(row['late_ms'], 1)} | "
                      f"{fmt_spread(row['time_to_target_s'], 1)} | {fmt_spread(row['ttt_x_dreamddp'], 2)} |")
     ran = {label for s in reps.values() for label in s}
-    varied = {f"{label} / {label.rsplit('+', 1)[0]}": median_spread(
-        [_t(s[label]) / _t(s[label.rsplit("+", 1)[0]]) for s in reps.values() if label in s and label.rsplit("+", 1)[0] in s])
-        for label in TIMED if label in OPT_IN and label in ran}
+    bases = {label: label.rsplit("+", 1)[0] for label in TIMED if label in OPT_IN and label in ran}
+    varied = {f"{label} / {base}": median_spread([_t(s[label]) / _t(s[base]) for s in reps.values()
+                                                 if label in s and base in s])
+              for label, base in bases.items()}
     if any(varied.values()):
         lines += ["", "Opt-in variants over the run they vary (iteration time ratios, same job): "
                   + "; ".join(f"{k} {fmt_spread(v, 3)}" for k, v in varied.items() if v) + "."]

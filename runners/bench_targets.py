@@ -3,7 +3,10 @@ the measured reason wherever one is missed: the "Targets" section of bench_repor
 
 from __future__ import annotations
 
+from bench_predict import SLOW
+
 from dreamddp.results.spread import fmt_spread, median_spread
+from dreamddp.schedule.delay import late_room
 
 WITHIN = 0.05  # every algorithm within 5% of its own bound
 UNDER = 0.03  # a run this far under its bound, a least time, says the measurement and the model disagree
@@ -31,7 +34,7 @@ def _reason(row: dict) -> str:
     measured = row["iteration_s"][0]
     parts = []
     slow = row.get("compute_over")
-    if slow and slow[0] > 1.03:
+    if slow and slow[0] > 1 + SLOW:
         parts.append(f"its backward ran {fmt_spread(slow, 2)} x the compute-only runs' in the same job "
                      "(the model charges their speed)")
     if row["bound_over_measured"] and row["plan_over_measured"]:
@@ -150,8 +153,8 @@ def _ceiling_reason(model: str, j: dict, nosync: float) -> str:
            " (its plan could not cut it: algo.late_parts=1)")
     return (f"- {model} dreamddp+delay against the compute-only iteration: its own bound is {1e3 * bound:.1f} ms, "
             f"{1e3 * (bound - nosync):.1f} ms over nosync's {1e3 * nosync:.1f} ms: a late all-reduce runs behind "
-            f"merge_delay iterations of compute less the step it follows ({1e3 * (compute - step):.0f} ms with "
-            f"merge_delay=1, {1e3 * (2 * compute - step):.0f} ms with 2), and the longest one, {unit}'s, takes "
+            f"merge_delay iterations of compute less the step it follows ({1e3 * late_room(compute, step, 1):.0f} ms "
+            f"with merge_delay=1, {1e3 * late_room(compute, step, 2):.0f} ms with 2), and the longest one, {unit}'s, takes "
             f"{1e3 * comm:.0f} ms on this link{cut}. Measured {1e3 * measured:.1f} ms, "
             f"{1e3 * (measured - bound):.1f} ms over that bound.")
 

@@ -50,7 +50,6 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             if profile is None:
                 continue
             skew = bp.reference_skew(segs, profile)
-            reference_backward = bp.reference_mean(segs, "backward")
             # what nosync alone as the reference would predict (the pooled reference's module docstring)
             alone = bp.steady_profile(segs, (bp.NOSYNC,))
             alone_skew = bp.reference_skew(segs, alone, labels=(bp.NOSYNC,))
@@ -72,24 +71,21 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                             "no_skew_s": bp.plan_bound(rec, profile, real=True),
                             "link_only_s": bp.plan_bound(rec, profile), "in_run_s": in_run,
                             "late_ms": None if (late := bench_report.lateness(rec)) is None else 1e3 * late,
-                            "backward_x_reference": bp.timed_mean(rec, "backward") / reference_backward,
+                            "backward_x_reference": bp.backward_over_reference(rec, segs),
                             "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward})
     return out
 
 
-SLOW = 0.03  # a run's backward this much over the compute-only runs' in the same job: its compute ran slower
-
-
 def _compute_line(rows: list[dict]) -> str:
     """The measured cause the model leaves out: compute that runs slower than the reference's."""
-    slow = [r for r in rows if r["backward_x_reference"] > 1 + SLOW]
-    rest = [r for r in rows if r["backward_x_reference"] <= 1 + SLOW]
+    slow = [r for r in rows if r["backward_x_reference"] > 1 + bp.SLOW]
+    rest = [r for r in rows if r["backward_x_reference"] <= 1 + bp.SLOW]
     if not slow or not rest:
         return ""
     med = lambda rs: statistics.median(r["error"] for r in rs)  # noqa: E731
     counts = collections.Counter(r["algorithm"] for r in slow)
     return (f"The simulator charges every run the compute-only runs' compute. Measured, {len(slow)} runs computed "
-            f"slower: their backward pass (no waits in it) took more than {SLOW:.0%} longer than the compute-only "
+            f"slower: their backward pass (no waits in it) took more than {bp.SLOW:.0%} longer than the compute-only "
             f"runs' in the same job "
             f"({', '.join(f'{a} {n}' for a, n in sorted(counts.items(), key=lambda an: (-an[1], an[0])))} of "
             f"{len(rows) // len({r['algorithm'] for r in rows})} configurations). Their median error is "
@@ -102,7 +98,7 @@ def _reference_drift(rows: list[dict]) -> str:
     either one alone as the reference every prediction in them would be off by about as much;
     pooled, by about half (column *nosync only*: the error with nosync alone)."""
     drift = {(r["model"], r["ratio"], r["rep"]): r["nosync_x_plain"] for r in rows if r["nosync_x_plain"]}
-    off = {k: v for k, v in drift.items() if abs(v - 1) > SLOW}
+    off = {k: v for k, v in drift.items() if abs(v - 1) > bp.SLOW}
     if not off:
         return ""
     errs = lambda k: statistics.median(r["error"] for r in rows if (r["model"], r["ratio"], r["rep"]) == k)  # noqa: E731

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Display
-from dreamddp.algorithms.delayed_merge import DelayedMerge
+from dreamddp.algorithms.delayed_merge import DelayedMerge, is_late
 from dreamddp.algorithms.partial import PartialParamSync
 from dreamddp.checks import ConfigError, at_least, choice
 from dreamddp.schedule.cost import groups as schedule_groups
 from dreamddp.schedule.delay import plan_delayed, window_plans
 from dreamddp.schedule.make import make_plan
-from dreamddp.schedule.schedule_file import (ScheduleError, assign_delayed, assign_runs, assign_units, late_run,
+from dreamddp.schedule.schedule_file import (ScheduleError, assign_delayed, assign_runs, assign_units,
                                              read_schedule_file, runs_as_names)
 
 SCHEDULERS = ("dreamddp", "optimal", "general")
@@ -160,10 +160,8 @@ class DreamDDP(DelayedMerge, PartialParamSync):
         self.groups, self.runs, self.delayed = _window(self.made, self.cfg.merge_delay, list(layout.names),
                                                        layout.modules, self.source)
         self.H = len(self.groups)
-        gone = [{late_run(e) for e in late} for late in self.delayed]
-        self.inplace = [sorted(u for a, b in runs for u in range(a, b + 1) if (a, b) not in g)
-                        for runs, g in zip(self.runs, gone)]
         self._plans = window_plans(self.runs, self.delayed, self.cfg.merge_delay, self.cfg.overlap_forward)
+        self.inplace = [sorted(u for op in plan if not is_late(op) for u in op.units) for plan in self._plans]
 
     def state_dict(self) -> dict:
         return {"late": self.late_state()} if self.cfg.merge_delay else {}

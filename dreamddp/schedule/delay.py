@@ -65,6 +65,12 @@ def late_op(first: int, last: int, delay: int, part: tuple[int, int] = (0, 1)) -
     return SyncOp(first, last, Payload.PARAM, When.AFTER_STEP, When.END_OF_BACKWARD, lag=delay, part=part)
 
 
+def late_room(iteration_s: float, step_s: float, delay: int) -> float:
+    """Seconds a late collective runs behind: from after one step to the end of backward
+    ``delay`` iterations later (``iteration_s``: one iteration's compute, its step included)."""
+    return delay * iteration_s - step_s
+
+
 def window_plans(runs: list[list[Run]], late: list[list[tuple]], delay: int, overlap_forward: bool) -> list[Plan]:
     """Each iteration's plan: its runs in place, then its late runs and parts."""
     plans = []
@@ -149,7 +155,7 @@ def plan_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, al
 
     runs = [sorted(its) for its in runs]
     late = [sorted(its) for its in late]
-    room = delay * total - compute.step  # a late collective runs from after one step to d backwards later
+    room = late_room(total, compute.step, delay)
     too_long = lambda r: run_seconds(comm, r, alpha) > room  # noqa: E731
     # cut before the search too: on its sampled skew a whole overlong run can look no better
     # late than in place, and the search would settle it in place, where no cut reaches it
