@@ -89,8 +89,9 @@ def main(argv=None) -> int:
                          f"{fmt(c, 'bound_over_measured')} | {fmt(g, 'paper_x_dreamddp')} |")
         lines.append("")
     # the jobs that measured memory need not be those whose times the tables above show
-    sources = {model: [d for d in benches if d.name.startswith(model) and memory([jobs[d]], model)]
-               for model in ("gpt2", "llama2")}
+    per_job = {(model, d): memory([jobs[d]], model) for model in ("gpt2", "llama2")
+               for d in benches if d.name.startswith(model)}
+    sources = {model: [d for d in benches if per_job.get((model, d))] for model in ("gpt2", "llama2")}
     lines += ["## Peak GPU memory per worker", "",
               "torch.cuda.max_memory_allocated of rank 0 during each algorithm's training loop, less what its "
               "process held before (repetition 0), from the jobs that measured it: "
@@ -98,7 +99,7 @@ def main(argv=None) -> int:
                           for model, dirs in sources.items() if dirs) + ".", "",
               "| model | algorithm | peak MiB | x plain |", "|---|---|---|---|"]
     for model, dirs in sources.items():
-        mem = memory([jobs[d] for d in dirs], model)
+        mem = {algo: peak for d in dirs for algo, peak in per_job[(model, d)].items()}
         plain = mem.get("plain@ideal")
         for algo in sorted(mem):
             ratio = f"{mem[algo] / plain:.3f}" if plain else "n/a"
