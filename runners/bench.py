@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import bench_report
+from bench_predict import COMPUTE_ONLY
 from bench_segments import OPT_IN, segments
 
 from dreamddp.atomic import write_json
@@ -185,6 +186,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--models {unknown[0]}: no {args.preset} preset (have {', '.join(MODELS[args.preset])})")
     if args.quick:
         args.nproc, args.iterations, args.calibration_iterations, args.profile_iterations = 2, 12, 6, 2
+    if args.only and not set(args.only) & set(COMPUTE_ONLY):
+        # bounds and predictions are made from the compute-only runs' steady state
+        print(f"bench: --only without {' or '.join(COMPUTE_ONLY)}: the report will have no bounds or predictions",
+              file=sys.stderr)
     return args
 
 

@@ -3,7 +3,7 @@ the measured reason wherever one is missed: the "Targets" section of bench_repor
 
 from __future__ import annotations
 
-from bench_predict import SLOW
+from bench_predict import COMPUTE_ONLY, SLOW
 
 from dreamddp.results.spread import fmt_spread, median_spread
 from dreamddp.schedule.delay import late_room
@@ -200,6 +200,9 @@ def _ratio_reason(model: str, j: dict, num: str) -> str:
     a, d = j["rows"][num], j["rows"]["dreamddp"]
     reps = sorted(set(a["measured_by_rep"]) & set(d["measured_by_rep"]))
     per_rep = ", ".join(f"{a['measured_by_rep'][r] / d['measured_by_rep'][r]:.2f}" for r in reps)
+    if not (a["bound_s"] and d["bound_s"]):  # --only without the compute-only runs the bounds are made from
+        return (f"- {model} {num} / dreamddp: {per_rep} in repetitions {', '.join(map(str, reps))}; no bounds in "
+                f"this job (it ran neither {' nor '.join(COMPUTE_ONLY)}).")
     return (f"- {model} {num} / dreamddp: {per_rep} in repetitions {', '.join(map(str, reps))}; their bounds allow "
             f"{a['bound_s'][0] / d['bound_s'][0]:.2f} on this job's profile and link; {num} measured "
             f"{a['bound_over_measured'][0]:.2f} of its bound, dreamddp {d['bound_over_measured'][0]:.2f} of its "

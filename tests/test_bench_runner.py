@@ -77,3 +77,22 @@ def report_without(job_dir: Path, copy: Path, *labels: str) -> str:
                                  capture_output=True, text=True, timeout=120)
     assert report_only.returncode == 0, report_only.stdout + report_only.stderr
     return (copy / "README.md").read_text()
+
+
+def test_a_missed_ratio_without_the_compute_only_runs_says_the_job_has_no_bounds(monkeypatch):
+    # --only flsgd dreamddp (no nosync@ideal, plain@ideal): no profile, so no bounds to compare with
+    monkeypatch.syspath_prepend(str(ROOT / "runners"))
+    targets = importlib.import_module("bench_targets").targets
+
+    def row(times: dict, x: float) -> dict:
+        return {"iteration_s": (times[0], min(times.values()), max(times.values())), "x_dreamddp": (x, x, x),
+                "measured_by_rep": times, "bound_s": None, "bound_over_measured": None, "plan_over_measured": None,
+                "plan_real_over_measured": None, "predicted_over_measured": None}
+
+    judged = {"resnet18": {"rows": {"flsgd": row({0: 0.24, 1: 0.25}, 1.2), "dreamddp": row({0: 0.2, 1: 0.2}, 1.0)},
+                           "over": {}, "memory": {}, "nosync": None}}
+    text = "\n".join(targets(judged, {"nproc": 2}))
+    assert "| flsgd / dreamddp >= 1.25 (resnet18) | 1.20 (1.20-1.20) | NO |" in text
+    assert ("- resnet18 flsgd / dreamddp: 1.20, 1.25 in repetitions 0, 1; no bounds in this job "
+            "(it ran neither nosync@ideal nor plain@ideal).") in text
+    assert "| every algorithm within 5% of its bound (resnet18) | not in this job | - |" in text
