@@ -21,14 +21,15 @@ from bench_segments import IDEAL, OPT_IN, TIMED
 from bench_targets import targets
 
 from dreamddp.atomic import write_csv, write_text
-from dreamddp.engine.plan import part_bounds
+from dreamddp.engine.layout import UnitLayout
 from dreamddp.prediction import record_carrier, record_link
 from dreamddp.results.spread import fmt_spread, median_spread
 from dreamddp.results.target import time_to_target, train_loss_points
 from dreamddp.schedule.authors_model import modelled_times
 from dreamddp.schedule.compare import reference_root
+from dreamddp.schedule.delay import late_op
 from dreamddp.schedule.profile import load_profile, scaled
-from dreamddp.schedule.schedule_file import late_part
+from dreamddp.schedule.schedule_file import late_part, late_run
 
 REFERENCE = bp.REFERENCE
 # engine-overhead ratios (same job); an opt-in segment's only where its job ran it
@@ -132,13 +133,10 @@ def in_flight_bytes(rec: dict | None) -> int | None:
     if not rec or not rec["extra"]["algorithm"].get("delayed"):
         return None
     late, d = rec["extra"]["algorithm"]["delayed"], int(rec["config"]["algo"]["merge_delay"])
-    numel = [u["numel"] for u in rec["extra"]["units"]]
-
-    def nbytes(entry) -> int:  # a run, or its part
-        lo, hi = part_bounds(sum(numel[entry[0]:entry[1] + 1]), late_part(entry))
-        return 4 * (hi - lo)
-
-    per = [sum(map(nbytes, its)) for its in late]
+    units = rec["extra"]["units"]
+    layout = UnitLayout(tuple(u["name"] for u in units), tuple(4 * u["numel"] for u in units), frozenset(),
+                        rec["extra"]["world_size"])
+    per = [sum(layout.op_bytes(late_op(*late_run(e), d, late_part(e))) for e in its) for its in late]
     return max(sum(per[(h - k) % len(per)] for k in range(d)) for h in range(len(per)))
 
 

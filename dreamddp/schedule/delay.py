@@ -170,7 +170,7 @@ def plan_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, al
             if c < best * (1 - 1e-9):
                 runs, late, best, improved = rs, ls, c, True
                 break
-    late, best = _cut(runs, late, delay, max_parts, too_long, cost, best)
+    late, _ = _cut(runs, late, delay, max_parts, too_long, cost, best)
     return runs, late
 
 
@@ -179,7 +179,7 @@ def _cut(runs: list[list[Run]], late: list[list[tuple]], delay: int, max_parts: 
     k iterations after its own) the simulated window gains most by; (late, its cost)."""
     H = len(runs)
     for h in range(H):
-        for run in [r for r in late[h] if len(r) == 2 and too_long(r)]:
+        for run in [r for r in late[h] if late_part(r)[1] == 1 and too_long(r)]:
             chosen = None
             for n in range(2, min(max_parts, H) + 1):
                 parts = [(*run, k, n) for k in range(n)]
@@ -209,7 +209,7 @@ def _moves(runs: list[list[Run]], late: list[list[tuple]], delay: int, comm: np.
 
 def _candidates(runs: list[list[Run]], late: list[list[tuple]], delay: int, comm: np.ndarray):
     H = len(runs)
-    cut = {((h - late_part(e)[0]) % H, late_run(e)) for h in range(H) for e in late[h] if len(e) == 4}
+    cut = {((h - late_part(e)[0]) % H, late_run(e)) for h in range(H) for e in late[h] if late_part(e)[1] > 1}
     count: dict[int, int] = {}
     for its in runs:
         for a, b in its:
