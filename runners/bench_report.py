@@ -53,6 +53,16 @@ def load(runs: str) -> dict:
     return out
 
 
+def engine_overhead(reps: dict) -> dict:
+    """{"ssgd / ddp": median (spread), ...}: each OVERHEAD ratio over one job's repetitions
+    ({rep: {segment: run record}}), taken inside each repetition; an opt-in pair the job did
+    not run is left out, one it should have run is None."""
+    ran = {label for s in reps.values() for label in s}
+    return {f"{a.split('@')[0]} / {b.split('@')[0]}":
+            median_spread([_t(s[a]) / _t(s[b]) for s in reps.values() if a in s and b in s])
+            for a, b in OVERHEAD if a in ran or a not in OPT_IN}
+
+
 def job_seconds(segs: dict) -> float:
     """One job's duration: its first segment's start to its last segment's end (records only, so
     a job kept by ``bench.py --resume`` counts as long as it took)."""
@@ -235,9 +245,7 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
                   + "; ".join(f"{k} {fmt_spread(v, 3)}" for k, v in varied.items() if v) + "."]
     times = {label: median_spread([_t(s[label]) for s in reps.values() if label in s])
              for label in IDEAL if label in ran or label not in OPT_IN}
-    over = {f"{a.split('@')[0]} / {b.split('@')[0]}":
-            median_spread([_t(s[a]) / _t(s[b]) for s in reps.values() if a in s and b in s])
-            for a, b in OVERHEAD if a in ran or a not in OPT_IN}
+    over = engine_overhead(reps)
     lines += ["", "Engine overhead on the ideal link (iteration time ratios, same job): "
               + "; ".join(f"{k} {fmt_spread(v, 3)}" for k, v in over.items())
               + ". Iteration seconds: " + ", ".join(f"{label} {fmt_spread(v, 3)}" for label, v in times.items()) + "."]

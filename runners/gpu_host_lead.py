@@ -36,16 +36,32 @@ from dreamddp.prediction import record_link
 EVENT_MARKS = "e151100af65d97cefa1a426156aee94ebac10dbd"
 
 
+# The commit from which a paced link reserved a CUDA collective's wire time from when the device
+# reached its launch (dreamddp/comm/ready.py); before it, from the host's launch.
+DEVICE_READY = "42f030b5869925d96e86364a8581e2b7e0d11773"
+JOB_GROUPS = ("bench", "h100")  # results/gpu's benchmark folders: the H200's, the H100's
+
+
 @functools.cache
-def marks(sha: str) -> str:
-    """How a record's per-unit marks were taken, from the commit it ran (git history)."""
+def _after(commit: str, sha: str) -> bool | None:
+    """Whether ``sha`` holds ``commit`` (git history); None where git cannot say."""
     root = Path(__file__).resolve().parents[1]
     try:
-        done = subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", EVENT_MARKS, sha],
+        done = subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", commit, sha],
                               capture_output=True)
     except OSError:  # no git here
-        return "unknown"
-    return {0: "events", 1: "synchronised"}.get(done.returncode, "unknown")
+        return None
+    return {0: True, 1: False}.get(done.returncode)
+
+
+def marks(sha: str) -> str:
+    """How a record's per-unit marks were taken, from the commit it ran."""
+    return {True: "events", False: "synchronised", None: "unknown"}[_after(EVENT_MARKS, sha)]
+
+
+def link_from(sha: str) -> str:
+    """When the record's paced link reserved a CUDA collective's wire time, from the commit it ran."""
+    return {True: "device", False: "launch", None: "unknown"}[_after(DEVICE_READY, sha)]
 
 
 def op_units(tag: str, index: dict[str, int]) -> list[int] | None:
@@ -59,9 +75,10 @@ def op_units(tag: str, index: dict[str, int]) -> list[int] | None:
     return None
 
 
-def iteration_lead(row: dict, index: dict[str, int], link, world: int) -> tuple[list[float], float] | None:
+def iteration_lead(row: dict, index: dict[str, int], link, world: int) -> tuple[list[float], float, float] | None:
     """(lead of each backward-launched collective, how much later the last deadline is when each
-    reserves the link from its device-ready time), or None when the timeline cannot say."""
+    reserves the link from its device-ready time than from its launch, the run's own last deadline
+    less the device-ready replay's), or None when the timeline cannot say."""
     timeline = row.get("timeline") or {}
     ready, collectives = timeline.get("unit_ready"), timeline.get("collectives")
     if not ready or not collectives:
@@ -77,23 +94,27 @@ def iteration_lead(row: dict, index: dict[str, int], link, world: int) -> tuple[
             leads.append(device - c["launch"])
         free_launch = max(c["launch"], free_launch) + seconds
         free_device = max(device, free_device) + seconds
-    return (leads, free_device - free_launch) if leads else None
+    recorded = max(c.get("deadline", float("nan")) for c in collectives)
+    return (leads, free_device - free_launch, recorded - free_device) if leads else None
 
 
 def run_rows(gpu: Path) -> tuple[list[dict], dict]:
     """The rows of every run with a sampled CUDA timeline, and each job's regime (its device line
     and forward / backward / step split, as its bench README states them), by (job, model)."""
     out, regimes = [], {}
-    for job in sorted(d for d in (gpu / "bench").iterdir() if (d / "runs").is_dir()):
+    jobs = sorted(d for group in JOB_GROUPS if (gpu / group).is_dir() for d in (gpu / group).iterdir()
+                  if (d / "runs").is_dir())
+    for job in jobs:
+        name = f"{job.parent.name}/{job.name}"
         for model, reps in bench_report.load(str(job / "runs")).items():
             for rep, segs in sorted(reps.items()):
                 for label, rec in segs.items():
                     row = _run_row(rec)
                     if row is None or label.endswith("@memory"):
                         continue
-                    out.append({"job": job.name, "model": model, "rep": f"rep{rep}", "algorithm": label, **row})
-                    regimes.setdefault((job.name, model), f"{bench_report._emulation(rec, segs)} "
-                                                          f"{bench_report._split(segs)}")
+                    out.append({"job": name, "model": model, "rep": f"rep{rep}", "algorithm": label, **row})
+                    regimes.setdefault((name, model), f"{bench_report._emulation(rec, segs)} "
+                                                      f"{bench_report._split(segs)}")
     return out, regimes
 
 
@@ -106,11 +127,13 @@ def _run_row(rec: dict) -> dict | None:
              if x is not None]
     if not found:
         return None
-    leads = [lead for ls, _ in found for lead in ls]
-    later = [shift for _, shift in found]
-    return {"marks": marks(rec["git_sha"]), "ops": len(leads), "iterations": len(found),
-            "lead_ms": 1e3 * statistics.median(leads), "lead_max_ms": 1e3 * max(leads),
-            "later_ms": 1e3 * statistics.median(later), "iteration_ms": 1e3 * rec["summary"]["mean_iteration_time"]}
+    leads = [lead for ls, _, _ in found for lead in ls]
+    later = [shift for _, shift, _ in found]
+    gap = [g for _, _, g in found]
+    return {"marks": marks(rec["git_sha"]), "link_from": link_from(rec["git_sha"]), "ops": len(leads),
+            "iterations": len(found), "lead_ms": 1e3 * statistics.median(leads), "lead_max_ms": 1e3 * max(leads),
+            "later_ms": 1e3 * statistics.median(later), "gap_ms": 1e3 * statistics.median(gap),
+            "iteration_ms": 1e3 * rec["summary"]["mean_iteration_time"]}
 
 
 def report(rows: list[dict], regimes: dict) -> str:
@@ -118,28 +141,39 @@ def report(rows: list[dict], regimes: dict) -> str:
     others = sorted({(r["job"], r["marks"]) for r in rows if r["marks"] != "events"})
     lines = ["# How far ahead of the GPU the host launched each collective", "",
              "Made by `python runners/gpu_host_lead.py` from the sampled iterations of the run records under "
-             "`bench/*/runs` (module docstring: what is measured and how). *lead*: a backward-launched "
+             "`bench/*/runs` (H200) and `h100/*/runs` (H100) (module docstring: what is measured and how). "
+             "*lead*: a backward-launched "
              "collective's device-ready time (its last unit's gradient, by CUDA event) less its host launch, "
              "median and largest over the sampled iterations. *last deadline later by*: replayed through the "
              "emulated link's FIFO from device-ready times instead of launch times, how much later the "
              "iteration's last collective would have left the modelled wire (median over sampled "
-             "iterations): at most what a link reserved at launch left out of the iteration.", ""]
-    by_algo: dict[str, list[dict]] = {}
-    for r in timed:
-        by_algo.setdefault(r["algorithm"], []).append(r)
-    if by_algo:
-        lines += ["Median over the repetitions: " + "; ".join(
-            f"{a} {statistics.median(r['later_ms'] for r in rs):.1f} ms later "
-            f"({statistics.median(r['later_ms'] / r['iteration_ms'] for r in rs):.1%} of its iteration; "
-            f"lead {statistics.median(r['lead_ms'] for r in rs):.1f} ms)" for a, rs in sorted(by_algo.items())) + ".",
-                  ""]
+             "iterations): at most what a link reserved at launch left out of the iteration. *link from*: "
+             "when the run's link reserved each transfer (from the commit it ran): at the host's launch, or "
+             "from when the device reached the launch (dreamddp/comm/ready.py). *recorded less replay*: the "
+             "run's own last deadline less the device-ready replay's: about minus the column before it where "
+             "the link reserved at the launch, about zero where it waited for the device.", ""]
+    for job in sorted({r["job"] for r in timed}):
+        by_algo: dict[str, list[dict]] = {}
+        for r in timed:
+            if r["job"] == job:
+                by_algo.setdefault(r["algorithm"], []).append(r)
+        how = "/".join(sorted({r["link_from"] for rs in by_algo.values() for r in rs}))
+        if by_algo:
+            lines += [f"Job {job} (link from the {how}), median over the repetitions: " + "; ".join(
+                f"{a} {statistics.median(r['later_ms'] for r in rs):.1f} ms later "
+                f"({statistics.median(r['later_ms'] / r['iteration_ms'] for r in rs):.1%} of its iteration; "
+                f"lead {statistics.median(r['lead_ms'] for r in rs):.1f} ms; recorded less replay "
+                f"{statistics.median(r['gap_ms'] for r in rs):.1f} ms)" for a, rs in sorted(by_algo.items())) + ".",
+                      ""]
     lines += [f"Regime of job {job} ({model}): {regimes[(job, model)]}"
               for job, model in sorted({(r["job"], r["model"]) for r in timed})] + [""]
-    lines += ["| job | model | rep | algorithm | ops | sampled iterations | lead ms (median) | lead ms (max) "
-              "| last deadline later by ms | iteration ms |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| job | model | rep | algorithm | link from | ops | sampled iterations | lead ms (median) "
+              "| lead ms (max) | last deadline later by ms | recorded less replay ms | iteration ms |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in timed:
-        lines.append(f"| {r['job']} | {r['model']} | {r['rep']} | {r['algorithm']} | {r['ops']} | {r['iterations']} | "
-                     f"{r['lead_ms']:.2f} | {r['lead_max_ms']:.2f} | {r['later_ms']:.2f} | {r['iteration_ms']:.1f} |")
+        lines.append(f"| {r['job']} | {r['model']} | {r['rep']} | {r['algorithm']} | {r['link_from']} | {r['ops']} | "
+                     f"{r['iterations']} | {r['lead_ms']:.2f} | {r['lead_max_ms']:.2f} | {r['later_ms']:.2f} | "
+                     f"{r['gap_ms']:.2f} | {r['iteration_ms']:.1f} |")
     if others:
         lines += ["", "Not in the table: the jobs whose records took the marks another way (from the commit each ran): "
                   + "; ".join(f"{job} ({how})" for job, how in others) + ". *synchronised*: a device "
@@ -154,7 +188,7 @@ def main(argv=None) -> int:
     gpu = Path(args.gpu)
     rows, regimes = run_rows(gpu)
     if not rows:
-        raise SystemExit(f"gpu_host_lead: no sampled CUDA timelines under {gpu}/bench")
+        raise SystemExit(f"gpu_host_lead: no sampled CUDA timelines under {gpu}/bench or {gpu}/h100")
     write_text(str(gpu / "host_lead.md"), report(rows, regimes))
     print(gpu / "host_lead.md")
     return 0

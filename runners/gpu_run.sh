@@ -16,7 +16,8 @@
 set -u
 OUT=${OUT:?set OUT}
 W=${WORK:-/tmp/dreamddp_gpu}
-rm -rf "$W" && mkdir -p "$W" "$OUT"
+[ "${RESUME:-0}" = 1 ] || rm -rf "$W"
+mkdir -p "$W" "$OUT"
 deadline=$(( $(date +%s) + ${BUDGET_S:-520} ))
 root=$(pwd)
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}:$root/.gpu_site"
@@ -28,9 +29,11 @@ else
   DEV=cuda; PROFILE_SIZE=(); BENCH_SIZE=(); ITERS=22; ONE=""
 fi
 
-# STEPS: the groups to run (default all): tests profiles timed (GPT-2) resnet (the ResNets in
-# each group) other (Llama-2 at once beside ResNet-50) reps (repetitions 2 and 3) single (one
-# worker: the engine's overhead on an unshared GPU) ddp (DDP against ASC-WFBP and S-SGD)
+# STEPS: the groups to run, in the order given (default all): tests profiles timed (GPT-2)
+# other (Llama-2 at once beside ResNet-50) reps (repetitions 2 and 3) ddp (DDP against ASC-WFBP
+# and S-SGD) single (one worker: the engine's overhead on an unshared GPU); the word resnet adds
+# the ResNets to timed, other, reps and single.  RESUME=1 keeps $WORK, so a
+# second call on the same warm machine finishes the repetitions a first call's deadline cut.
 STEPS=" ${STEPS:-tests profiles timed resnet other reps ddp single} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 
@@ -53,20 +56,22 @@ print('device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 
 cat "$OUT/env.txt"
 
 # 2. the CUDA test module (skips on the CPU)
-if want tests; then
+group_tests() {
   step cuda_tests 150 $PY -m pytest tests/test_cuda_timing.py -v -s -p no:cacheprovider
   cp "$W/cuda_tests.log" "$OUT/cuda_tests.log"
-fi
+}
 
 # 3. profiles: one worker, the algorithm's start-up profile saved beside the run record
-want profiles && for model in gpt2 llama2; do
-  for prec in highest high; do
-    step "profile_${model}_${prec}" 60 $PY -m dreamddp.cli algo=dreamddp model=$model model.size=paper \
-      "${PROFILE_SIZE[@]}" $ONE cluster.device=$DEV cluster.nproc=1 train.iterations=4 train.eval_every=0 \
-      train.progress=false train.matmul_precision=$prec warmup.profile_iterations=10 wandb.mode=disabled \
-      hydra.run.dir="$W/profiles/${model}_${prec}"
+group_profiles() {
+  for model in gpt2 llama2; do
+    for prec in highest high; do
+      step "profile_${model}_${prec}" 60 $PY -m dreamddp.cli algo=dreamddp model=$model model.size=paper \
+        "${PROFILE_SIZE[@]}" $ONE cluster.device=$DEV cluster.nproc=1 train.iterations=4 train.eval_every=0 \
+        train.progress=false train.matmul_precision=$prec warmup.profile_iterations=10 wandb.mode=disabled \
+        hydra.run.dir="$W/profiles/${model}_${prec}"
+    done
   done
-done
+}
 
 # 4. the algorithms side by side; records under $W/bench_<name>/runs/<model>/rep<k>/
 bench() {  # bench NAME MODEL REPS ITERATIONS [bench.py options...]
@@ -78,37 +83,43 @@ bench() {  # bench NAME MODEL REPS ITERATIONS [bench.py options...]
 }
 SET=(--set cluster.device=$DEV train.matmul_precision=high "${BENCH_SIZE[@]}")
 # timed, one job at a time: GPT-2 (with per-algorithm memory), ResNet-18
-if want timed; then
+group_timed() {
   bench gpt2 gpt2 1 $ITERS "${SET[@]}" $ONE
   want resnet && bench resnet18 resnet18 1 $ITERS --no-memory "${SET[@]}" data=synthetic
-fi
+}
 # every algorithm on the other two paper models, with Llama's memory; the two models run at
 # the same time (their iteration times are not comparisons), Llama's segments in two jobs
 # (fourteen 176M-parameter replicas per worker at once would not fit beside ResNet-50)
 LLAMA_A=(ssgd ascwfbp dear flsgd plsgd_enp streaming_diloco ddp@ideal)
 LLAMA_B=(dreamddp dreamddp+overlap dreamddp+general dreamddp+delay ssgd@ideal nosync@ideal plain@ideal)
-if want other; then
+group_other() {
   bench llama2_a llama2 1 14 --only "${LLAMA_A[@]}" "${SET[@]}" $ONE &
   bench llama2_b llama2 1 14 --only "${LLAMA_B[@]}" --port 29500 "${SET[@]}" $ONE &
   want resnet && bench resnet50 resnet50 1 14 --no-memory --port 29600 "${SET[@]}" data=synthetic
   wait
-fi
+}
 # the medians: repetitions 2 and 3 (REPS_OPTS adds bench.py options, e.g. --no-memory when a
 # machine's time allows three repetitions but not the memory segments again)
-if want reps; then
-  bench gpt2 gpt2 3 $ITERS ${REPS_OPTS:-} "${SET[@]}" $ONE
+# (ResNet-18's first: it is the shorter job, so a deadline cuts GPT-2's, which RESUME=1 finishes)
+group_reps() {
   want resnet && bench resnet18 resnet18 3 $ITERS --no-memory "${SET[@]}" data=synthetic
-fi
+  bench gpt2 gpt2 3 $ITERS ${REPS_OPTS:-} "${SET[@]}" $ONE
+}
 # DDP against its like for like (ASC-WFBP: buckets all-reduced during backward) and S-SGD, ideal link
-if want ddp; then
+group_ddp() {
   bench gpt2_ddp gpt2 3 $ITERS --no-memory --only ddp@ideal ssgd@ideal ascwfbp@ideal "${SET[@]}" $ONE
-fi
+}
 # the engine's overhead with the GPU not shared: one worker, nosync against plain, 3 repetitions
-if want single; then
+group_single() {
   bench gpt2_single gpt2 3 $ITERS --nproc 1 --no-memory --only nosync@ideal plain@ideal "${SET[@]}" $ONE
   want resnet && bench resnet18_single resnet18 3 $ITERS --nproc 1 --no-memory --only nosync@ideal plain@ideal \
     "${SET[@]}" data=synthetic
-fi
+}
+
+for g in $STEPS; do
+  [ "$g" = resnet ] && continue
+  if declare -F "group_$g" > /dev/null; then "group_$g"; else echo "gpu_run: unknown step $g" | tee -a "$OUT/summary.txt"; fi
+done
 
 tar czf "$OUT/gpu.tgz" -C "$W" --exclude='*.pt' --exclude='checkpoints' . 2>/dev/null
 ls -la "$OUT"

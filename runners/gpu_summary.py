@@ -3,8 +3,9 @@
     python runners/gpu_summary.py [--gpu results/gpu] [--cpu results/bench]
 
 Reads the reports' bench.csv (medians over repetitions, made by runners/bench_report.py)
-of every ``<gpu>/bench/<name>/`` and of the CPU ``make bench``, and the memory segments'
-run records; writes ``<gpu>/side_by_side.md``.
+of every ``<gpu>/bench/<name>/`` (H200) and ``<gpu>/h100/<name>/`` (H100) and of the CPU
+``make bench``, and the run records (memory segments, the engine-overhead pairs); writes
+``<gpu>/side_by_side.md``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import bench_report
 
 from dreamddp.atomic import write_text
+from dreamddp.results.spread import fmt_spread
 
 ORDER = ("ssgd", "ascwfbp", "dear", "flsgd", "plsgd_enp", "streaming_diloco", "dreamddp", "dreamddp+overlap",
          "dreamddp+general", "dreamddp+delay")
@@ -40,6 +42,10 @@ def memory(jobs: list[dict], model: str) -> dict[str, float]:
             for job in jobs for label, rec in job.get(model, {}).get(0, {}).items() if label.endswith("@memory")}
 
 
+DEVICES = (("H200", "bench"), ("H100", "h100"))  # results/gpu's benchmark folders, one per card
+OVERHEAD_COLUMNS = ("ssgd / ddp", "ascwfbp / ddp", "nosync / plain")  # bench_report.engine_overhead's keys
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--gpu", default="results/gpu")
@@ -47,55 +53,69 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     gpu, cpu = Path(args.gpu), rows_of(Path(args.cpu) / "bench.csv")
     cpu_jobs = bench_report.load(str(Path(args.cpu) / "runs"))
-    benches = sorted(d for d in (gpu / "bench").iterdir() if (d / "bench.csv").is_file())
-    jobs = {d: bench_report.load(str(d / "runs")) for d in benches}
-    timed = {}
-    for d in benches:
-        for key, row in rows_of(d / "bench.csv").items():
-            timed.setdefault(key, (row, d))
-    lines = ["# The algorithms side by side: one H200 shared by 2 workers, next to the CPU and the paper", "",
+    folders = {card: sorted(d for d in (gpu / sub).iterdir() if (d / "runs").is_dir()) if (gpu / sub).is_dir() else []
+               for card, sub in DEVICES}
+    jobs = {d: bench_report.load(str(d / "runs")) for dirs in folders.values() for d in dirs}
+    timed: dict[str, dict] = {card: {} for card in folders}
+    for card, dirs in folders.items():
+        for d in dirs:
+            for key, row in rows_of(d / "bench.csv").items():
+                timed[card].setdefault(key, (row, d))
+    cards = [card for card in folders if timed[card]]
+    lines = ["# The algorithms side by side: one GPU shared by 2 workers, next to the CPU and the paper", "",
              "Each ratio is an algorithm's mean iteration time over DreamDDP's in the same job (median over the "
-             "job's repetitions), comm/backward 7, H=10. GPU: results/gpu/bench/<model>/ (TF32, paper sizes); "
+             "job's repetitions), comm/backward 7, H=10. GPU: results/gpu/bench/<model>/ (H200) and "
+             "results/gpu/h100/<model>/ (H100), TF32, paper sizes; "
              "CPU: results/bench/ (`make bench`, model.size=compute, 2 workers on 2 cores); paper: the authors' "
              "cost model on their A6000 profiles with the paper's 32-GPU multipliers. *bound / measured*: the "
              "least time any plan of the algorithm's kind could take on that job's profile and link, over "
-             "the measured time (bench/<model>/README.md). Made by "
+             "the measured time (<job>/README.md). Made by "
              "`python runners/gpu_summary.py`.", "",
-             "The GPU jobs here ran before the emulated link waited for the device (dreamddp/comm/ready.py): "
+             "The H200 jobs ran before the emulated link waited for the device (dreamddp/comm/ready.py): "
              "their transfers were modelled from the host's launch, which ran ahead of the device "
-             "(host_lead.md), so where an algorithm syncs during backward its GPU time is short by up to that "
-             "lead: a GPU bound / measured above 1 is that, and DreamDDP's GPU time being short, the ratio over it of "
-             "an algorithm that syncs after the step (FLSGD) is high by up to as much.",
+             "(host_lead.md), so where an algorithm syncs during backward its H200 time is short by up to that "
+             "lead: an H200 bound / measured above 1 is that, and DreamDDP's H200 time being short, the ratio over "
+             "it of an algorithm that syncs after the step (FLSGD) is high by up to as much. The H100 jobs ran "
+             "with the link waiting for the device. The two cards' times are not compared with each other.",
              ""]
     for model in ("gpt2", "resnet18", "resnet50"):
-        some = next((d for (m, _), (_, d) in timed.items() if m == model), None)
-        if some is None:
+        found = {card: next((d for (m, _), (_, d) in timed[card].items() if m == model), None) for card in cards}
+        if not any(found.values()):
             continue
-        reps = jobs[some][model]
-        first = reps[min(reps)]
-        lines += [f"## {model}", "", f"GPU: {len(reps)} repetition{'s' if len(reps) != 1 else ''}. "
-                  + bench_report._emulation(next(iter(first.values())), first) + " " + bench_report._split(first)]
+        lines += [f"## {model}", ""]
+        for card, some in found.items():
+            if some is None:
+                continue
+            reps = jobs[some][model]
+            first = reps[min(reps)]
+            lines += [f"{card}: {len(reps)} repetition{'s' if len(reps) != 1 else ''}. "
+                      + bench_report._emulation(next(iter(first.values())), first) + " " + bench_report._split(first),
+                      ""]
         if model in cpu_jobs:
             cpu_first = cpu_jobs[model][min(cpu_jobs[model])]
-            lines += ["", "CPU: " + bench_report._split(cpu_first)]
-        lines += ["",
-                  "| algorithm | GPU x DreamDDP | GPU bound / measured | GPU predicted / measured | CPU x DreamDDP | "
-                  "CPU bound / measured | paper x DreamDDP (modelled) |", "|---|---|---|---|---|---|---|"]
+            lines += ["CPU: " + bench_report._split(cpu_first), ""]
+        head = "".join(f" {c} x DreamDDP | {c} bound / measured | {c} predicted / measured |" for c in cards)
+        lines += [f"| algorithm |{head} CPU x DreamDDP | CPU bound / measured | paper x DreamDDP (modelled) |",
+                  "|---|" + "---|" * (3 * len(cards) + 3)]
         for algo in ORDER:
-            g = timed.get((model, algo), (None, None))[0]
+            g = {card: timed[card].get((model, algo), (None, None))[0] for card in cards}
             c = cpu.get((model, algo))
-            lines.append(f"| {algo} | {fmt(g, 'x_dreamddp')} | {fmt(g, 'bound_over_measured')} | "
-                         f"{fmt(g, 'predicted_over_measured')} | {fmt(c, 'x_dreamddp')} | "
-                         f"{fmt(c, 'bound_over_measured')} | {fmt(g, 'paper_x_dreamddp')} |")
+            paper = next((row for row in g.values() if row is not None), None)
+            cells = "".join(f" {fmt(g[card], 'x_dreamddp')} | {fmt(g[card], 'bound_over_measured')} | "
+                            f"{fmt(g[card], 'predicted_over_measured')} |" for card in cards)
+            lines.append(f"| {algo} |{cells} {fmt(c, 'x_dreamddp')} | {fmt(c, 'bound_over_measured')} | "
+                         f"{fmt(paper, 'paper_x_dreamddp')} |")
         lines.append("")
+    lines += overhead_table(folders, jobs)
     # the jobs that measured memory need not be those whose times the tables above show
+    benches = [d for dirs in folders.values() for d in dirs]
     per_job = {(model, d): memory([jobs[d]], model) for model in ("gpt2", "llama2")
                for d in benches if d.name.startswith(model)}
     sources = {model: [d for d in benches if per_job.get((model, d))] for model in ("gpt2", "llama2")}
     lines += ["## Peak GPU memory per worker", "",
               "torch.cuda.max_memory_allocated of rank 0 during each algorithm's training loop, less what its "
               "process held before (repetition 0), from the jobs that measured it: "
-              + "; ".join(f"{model} bench/{', bench/'.join(d.name for d in dirs)}"
+              + "; ".join(f"{model} {', '.join(f'{d.parent.name}/{d.name}' for d in dirs)}"
                           for model, dirs in sources.items() if dirs) + ".", "",
               "| model | algorithm | peak MiB | x plain |", "|---|---|---|---|"]
     for model, dirs in sources.items():
@@ -107,6 +127,28 @@ def main(argv=None) -> int:
     write_text(gpu / "side_by_side.md", "\n".join(lines) + "\n")
     print(f"{gpu / 'side_by_side.md'}")
     return 0
+
+
+def overhead_table(folders: dict, jobs: dict) -> list[str]:
+    """The engine's overhead on the ideal link, every job that measured it: S-SGD and ASC-WFBP
+    against DDP, nosync against plain, each ratio inside one repetition, median (spread)."""
+    lines = ["## Engine overhead on the ideal link", "",
+             "Iteration time ratios inside each repetition, median (min-max) over the job's repetitions. Goals "
+             "(issue 23): ssgd <= 1.05 x DDP, nosync <= 1.03 x plain. S-SGD all-reduces after backward by "
+             "definition; DDP all-reduces its buckets during backward, as ASC-WFBP does (the like-for-like "
+             "pair).", "",
+             "| job | model | workers | repetitions | ssgd / ddp | ascwfbp / ddp | nosync / plain |",
+             "|---|---|---|---|---|---|---|"]
+    for card, dirs in folders.items():
+        for d in dirs:
+            for model, reps in jobs[d].items():
+                over = bench_report.engine_overhead(reps)
+                if not any(over.values()):
+                    continue
+                world = next(iter(next(iter(reps.values())).values()))["extra"]["world_size"]
+                cells = " | ".join(fmt_spread(over.get(k), 3) for k in OVERHEAD_COLUMNS)
+                lines.append(f"| {card} {d.parent.name}/{d.name} | {model} | {world} | {len(reps)} | {cells} |")
+    return lines + [""]
 
 
 if __name__ == "__main__":

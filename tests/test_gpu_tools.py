@@ -39,7 +39,8 @@ def test_profiles_on_a_link_take_the_ring_all_reduce_of_their_bytes():
 
 
 def test_side_by_side_regenerates_from_the_committed_reports(tmp_path):
-    shutil.copytree(GPU / "bench", tmp_path / "bench")
+    for cards_folder in ("bench", "h100"):
+        shutil.copytree(GPU / cards_folder, tmp_path / cards_folder)
     importlib.import_module("gpu_summary").main(["--gpu", str(tmp_path), "--cpu", str(ROOT / "results" / "bench")])
     assert (tmp_path / "side_by_side.md").read_text() == (GPU / "side_by_side.md").read_text()
 
@@ -57,9 +58,9 @@ def test_profile_tables_regenerate_from_the_committed_profiles(tmp_path, model):
 
 def test_gpu_bench_reports_regenerate_from_their_records(tmp_path):
     bench_report = importlib.import_module("bench_report")
-    for name in ("gpt2", "resnet18"):
-        bench_report.write(str(GPU / "bench" / name / "runs"), str(tmp_path / name))
-        assert (tmp_path / name / "README.md").read_text() == (GPU / "bench" / name / "README.md").read_text()
+    for name in ("bench/gpt2", "bench/resnet18", "h100/gpt2", "h100/gpt2_ddp", "h100/resnet18_single"):
+        bench_report.write(str(GPU / name / "runs"), str(tmp_path / name))
+        assert (tmp_path / name / "README.md").read_text() == (GPU / name / "README.md").read_text()
 
 
 def test_bad_profile_arguments_are_one_line_errors(capsys):
@@ -78,7 +79,8 @@ def test_the_paper_preset_takes_every_paper_model_and_memory_can_be_left_out():
 
 
 def test_host_lead_regenerates_from_the_committed_records(tmp_path):
-    shutil.copytree(GPU / "bench", tmp_path / "bench")
+    for cards_folder in ("bench", "h100"):
+        shutil.copytree(GPU / cards_folder, tmp_path / cards_folder)
     assert importlib.import_module("gpu_host_lead").main(["--gpu", str(tmp_path)]) == 0
     assert (tmp_path / "host_lead.md").read_text() == (GPU / "host_lead.md").read_text()
 
@@ -91,15 +93,22 @@ def test_host_lead_replays_the_links_fifo_from_device_ready_times():
     index = {"a": 0, "b": 1}
     row = {"forward": 1.0, "backward": 2.0, "timeline": {
         "unit_ready": [1.5, 2.8],  # device times; the host launched both earlier
-        "collectives": [{"tag": "param:a", "kind": "all_reduce", "bytes": 100_000, "launch": 1.2},
-                        {"tag": "param:0-1", "kind": "all_reduce", "bytes": 100_000, "launch": 2.5},
-                        {"tag": "param:a", "kind": "all_reduce", "bytes": 100_000, "launch": 3.5}]}}  # after backward
-    leads, later = host_lead.iteration_lead(row, index, link, 2)
+        "collectives": [{"tag": "param:a", "kind": "all_reduce", "bytes": 100_000, "launch": 1.2, "deadline": 1.3},
+                        {"tag": "param:0-1", "kind": "all_reduce", "bytes": 100_000, "launch": 2.5, "deadline": 2.6},
+                        {"tag": "param:a", "kind": "all_reduce", "bytes": 100_000, "launch": 3.5,
+                         "deadline": 3.6}]}}  # after backward; deadlines as a link reserved at the launch left them
+    leads, later, recorded_less_replay = host_lead.iteration_lead(row, index, link, 2)
     assert leads == pytest.approx([0.3, 0.3])  # a: 1.5 - 1.2; the run 0-1: its last unit, 2.8 - 2.5
     # 0.1 s each. From launches: 1.2-1.3, 2.5-2.6, 3.5-3.6. From the device: 1.5-1.6, 2.8-2.9, 3.5-3.6
     assert later == pytest.approx(0.0)
+    assert recorded_less_replay == pytest.approx(0.0)  # the last one was after backward either way
     row["timeline"]["collectives"][2]["launch"] = 2.85  # in backward, its unit long ready: no lead of its own
-    leads, later = host_lead.iteration_lead(row, index, link, 2)
+    row["timeline"]["collectives"][2]["deadline"] = 3.0  # as a link waiting for the device reserved it
+    leads, later, recorded_less_replay = host_lead.iteration_lead(row, index, link, 2)
     assert leads == pytest.approx([0.3, 0.3, 0.0])
     # from launches it left at 2.95; from the device it queues behind the second one: 2.9-3.0
     assert later == pytest.approx(0.05)
+    assert recorded_less_replay == pytest.approx(0.0)
+    row["timeline"]["collectives"].pop()  # now the last is the run 0-1: 2.6 recorded, 2.9 replayed
+    _, later, recorded_less_replay = host_lead.iteration_lead(row, index, link, 2)
+    assert later == pytest.approx(0.3) and recorded_less_replay == pytest.approx(-0.3)
