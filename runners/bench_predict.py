@@ -85,6 +85,13 @@ def backward_over_reference(rec: dict, segs: dict) -> float:
     return timed_mean(rec, "backward") / reference_mean(segs, "backward")
 
 
+def forward_over_reference(rec: dict, segs: dict) -> float:
+    """The run's steady forward over the compute-only runs'.  Compute alone only where the
+    algorithm waits for nothing in forward (overlap_forward's averages and DeAR's all-gathers
+    finish there): below 1, the run computed faster than the speed its predictions charge."""
+    return timed_mean(rec, "forward") / reference_mean(segs, "forward")
+
+
 def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profile | None:
     """DreamDDP's per-unit profile with forward, backward and step set to the compute-only
     runs' steady state (means over their timed iterations)."""

@@ -128,6 +128,7 @@ def per_rep(reps: dict) -> dict:
                 row["x_dreamddp"] = _t(rec) / _t(segs[REFERENCE])
             if any(label in segs for label in bp.COMPUTE_ONLY):
                 row["compute_over"] = bp.backward_over_reference(rec, segs)
+                row["forward_over"] = bp.forward_over_reference(rec, segs)
             if profile is not None:
                 row.update(predicted=bp.predict(rec, profile, skew), plan_bound=bp.plan_bound(rec, profile),
                            plan_real=bp.plan_bound(rec, profile, real=True),
@@ -222,7 +223,7 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
                "late_ms": median_spread([1e3 * s["late"] for s in st if s.get("late") is not None]),
                "time_to_target_s": median_spread(ttt.get(label, [])), "ttt_x_dreamddp": median_spread(ttt_ratio.get(label, [])),
                "compute_s": col("compute"), "probed": all(s["probed"] for s in st),
-               "compute_over": col("compute_over")}
+               "compute_over": col("compute_over"), "forward_over": col("forward_over")}
         rows.append(row)
         units = [s["longest_unit"] for s in st if s.get("longest_unit")]
         judged[label] = {**row, "longest_unit": units and (units[0][0], *(statistics.median(u[k] for u in units)

@@ -130,14 +130,17 @@ def _under_bound(judged: dict) -> list[str]:
     """Runs measured faster than the least time their plan allows: no target misses, but the
     measurement and the model disagree there."""
     under = [f"{model} {label} {r['bound_over_measured'][0]:.2f} x its bound"
+             + (f" (forward {r['forward_over'][0]:.2f}, backward {r['compute_over'][0]:.2f})"
+                if r.get("forward_over") and r.get("compute_over") else "")
              for model, j in judged.items() for label, r in j["rows"].items()
              if r["bound_over_measured"] and r["bound_over_measured"][0] > 1 + UNDER]
     if not under:
         return []
     return ["", f"Measured more than {UNDER:.0%} under the bound (the least time the run's own plan allows on the "
             "job's profile and link): " + "; ".join(under) + ". Either the run computed faster than the "
-            "compute-only runs the bound charges, or its modelled transfers started before their bytes existed (on "
-            "CUDA, a link reserved at the host's launch while the host ran ahead of the device: "
+            "compute-only runs the bound charges (in brackets: its forward and backward over theirs, medians; "
+            "waits only add to them, so below 1 it did), or its modelled transfers started before their bytes "
+            "existed (on CUDA, a link reserved at the host's launch while the host ran ahead of the device: "
             "results/gpu/host_lead.md, fixed by dreamddp/comm/ready.py)."]
 
 

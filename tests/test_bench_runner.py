@@ -13,14 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from dist_util import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 SEGMENTS = ["flsgd", "dreamddp", "nosync@ideal", "ddp@ideal", "ascwfbp@ideal"]
 MEMORY = ["flsgd", "dreamddp", "nosync@ideal"]  # the segments with a memory run
 
 
 def bench(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    # A fresh port each job: back to back on the default one, a job's store once found it still
+    # taken (EADDRINUSE), as it is by any other job on this host.
     cmd = [sys.executable, str(ROOT / "runners" / "bench.py"), "--quick", "--reps", "1", "--models", "gpt2",
-           "--only", *SEGMENTS, "--out", str(out), *extra]
+           "--only", *SEGMENTS, "--out", str(out), "--port", str(free_port()), *extra]
     env = {**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
