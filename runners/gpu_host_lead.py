@@ -26,6 +26,7 @@ import subprocess
 from pathlib import Path
 
 import bench_report
+from gpu_summary import job_folders
 
 from dreamddp.atomic import write_text
 from dreamddp.prediction import record_link
@@ -39,7 +40,6 @@ EVENT_MARKS = "e151100af65d97cefa1a426156aee94ebac10dbd"
 # The commit from which a paced link reserved a CUDA collective's wire time from when the device
 # reached its launch (dreamddp/comm/ready.py); before it, from the host's launch.
 DEVICE_READY = "42f030b5869925d96e86364a8581e2b7e0d11773"
-JOB_GROUPS = ("bench", "h100")  # results/gpu's benchmark folders: the H200's, the H100's
 
 
 @functools.cache
@@ -94,7 +94,7 @@ def iteration_lead(row: dict, index: dict[str, int], link, world: int) -> tuple[
             leads.append(device - c["launch"])
         free_launch = max(c["launch"], free_launch) + seconds
         free_device = max(device, free_device) + seconds
-    recorded = max(c.get("deadline", float("nan")) for c in collectives)
+    recorded = max(c["deadline"] for c in collectives)
     return (leads, free_device - free_launch, recorded - free_device) if leads else None
 
 
@@ -102,9 +102,7 @@ def run_rows(gpu: Path) -> tuple[list[dict], dict]:
     """The rows of every run with a sampled CUDA timeline, and each job's regime (its device line
     and forward / backward / step split, as its bench README states them), by (job, model)."""
     out, regimes = [], {}
-    jobs = sorted(d for group in JOB_GROUPS if (gpu / group).is_dir() for d in (gpu / group).iterdir()
-                  if (d / "runs").is_dir())
-    for job in jobs:
+    for job in sorted(d for dirs in job_folders(gpu).values() for d in dirs):
         name = f"{job.parent.name}/{job.name}"
         for model, reps in bench_report.load(str(job / "runs")).items():
             for rep, segs in sorted(reps.items()):

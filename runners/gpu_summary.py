@@ -46,6 +46,12 @@ DEVICES = (("H200", "bench"), ("H100", "h100"))  # results/gpu's benchmark folde
 OVERHEAD_COLUMNS = ("ssgd / ddp", "ascwfbp / ddp", "nosync / plain")  # bench_report.engine_overhead's keys
 
 
+def job_folders(gpu: Path) -> dict[str, list[Path]]:
+    """{card: its benchmark jobs' folders (those holding run records), sorted}."""
+    return {card: sorted(d for d in (gpu / sub).iterdir() if (d / "runs").is_dir()) if (gpu / sub).is_dir() else []
+            for card, sub in DEVICES}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--gpu", default="results/gpu")
@@ -53,8 +59,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     gpu, cpu = Path(args.gpu), rows_of(Path(args.cpu) / "bench.csv")
     cpu_jobs = bench_report.load(str(Path(args.cpu) / "runs"))
-    folders = {card: sorted(d for d in (gpu / sub).iterdir() if (d / "runs").is_dir()) if (gpu / sub).is_dir() else []
-               for card, sub in DEVICES}
+    folders = job_folders(gpu)
     jobs = {d: bench_report.load(str(d / "runs")) for dirs in folders.values() for d in dirs}
     timed: dict[str, dict] = {card: {} for card in folders}
     for card, dirs in folders.items():

@@ -39,8 +39,8 @@ def test_profiles_on_a_link_take_the_ring_all_reduce_of_their_bytes():
 
 
 def test_side_by_side_regenerates_from_the_committed_reports(tmp_path):
-    for cards_folder in ("bench", "h100"):
-        shutil.copytree(GPU / cards_folder, tmp_path / cards_folder)
+    for _, folder in importlib.import_module("gpu_summary").DEVICES:
+        shutil.copytree(GPU / folder, tmp_path / folder)
     importlib.import_module("gpu_summary").main(["--gpu", str(tmp_path), "--cpu", str(ROOT / "results" / "bench")])
     assert (tmp_path / "side_by_side.md").read_text() == (GPU / "side_by_side.md").read_text()
 
@@ -79,8 +79,8 @@ def test_the_paper_preset_takes_every_paper_model_and_memory_can_be_left_out():
 
 
 def test_host_lead_regenerates_from_the_committed_records(tmp_path):
-    for cards_folder in ("bench", "h100"):
-        shutil.copytree(GPU / cards_folder, tmp_path / cards_folder)
+    for _, folder in importlib.import_module("gpu_summary").DEVICES:
+        shutil.copytree(GPU / folder, tmp_path / folder)
     assert importlib.import_module("gpu_host_lead").main(["--gpu", str(tmp_path)]) == 0
     assert (tmp_path / "host_lead.md").read_text() == (GPU / "host_lead.md").read_text()
 
