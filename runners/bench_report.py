@@ -289,7 +289,8 @@ def _emulation(rec: dict, segs: dict) -> str:
     host, link = rec["extra"].get("host") or {}, rec["extra"]["link"]
     if rec["config"]["cluster"]["device"] == "cuda":
         gpus = rec.get("hardware", {}).get("gpus") or ["?"]
-        return (f"Device: {rec['summary']['workers']} workers sharing one {gpus[0]} over gloo "
+        n = rec["summary"]["workers"]
+        return (f"Device: {'1 worker alone on' if n == 1 else f'{n} workers sharing'} one {gpus[0]} over gloo "
                 f"({len(gpus)} GPU(s) on the host, {rec.get('hardware', {}).get('cores', '?')} cores); "
                 f"carrier {link.get('carrier', 'eager')}, matmul precision {rec['config']['train']['matmul_precision']}.")
     quota = f"compute threads capped at {host['cpu_quota']:g} cores" if host.get("cpu_quota") else \
