@@ -14,7 +14,7 @@ SWEEP_WANDB ?= disabled
 RESULTS ?= results
 RUNS ?= $(RESULTS)/runs
 
-.PHONY: figures paper-cpu results-wandb scheduler-reference bench bench-skew simulator-accuracy merge-delay compute-split gpu gpu-reports
+.PHONY: figures paper-cpu results-wandb scheduler-reference bench bench-skew simulator-accuracy merge-delay compute-split engine-phases gpu gpu-reports
 
 BENCH_ARGS ?=
 
@@ -32,6 +32,14 @@ merge-delay: venv ## DreamDDP with merge_delay 0, 1, 2: quality at equal iterati
 
 compute-split: venv ## forward / backward / step split of every model.size=compute preset -> results/bench/compute_split.md (~5 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/compute_split.py
+
+PHASES_MD := results/bench/engine_phases.md
+engine-phases: venv ## the engine's own cost by phase (nosync against the bare model, one core, no data pipeline) -> results/bench/engine_phases.md (~3 min)
+	rm -f $(PHASES_MD).tmp
+	$(PY) runners/engine_phases.py --model resnet18 --size compute --batch 8 --iterations 200 --out $(PHASES_MD).tmp
+	$(PY) runners/engine_phases.py --model gpt2 --size compute --batch 8 --block 128 --iterations 100 --out $(PHASES_MD).tmp
+	$(PY) runners/engine_phases.py --model resnet50 --size paper --batch 4 --iterations 60 --out $(PHASES_MD).tmp
+	mv $(PHASES_MD).tmp $(PHASES_MD)
 
 figures: venv ## tables + figures under results/ from the committed run records (results/runs)
 	$(PY) -m dreamddp.results figures --runs $(RUNS) --out $(RESULTS)

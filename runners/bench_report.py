@@ -63,6 +63,31 @@ def engine_overhead(reps: dict) -> dict:
             for a, b in OVERHEAD if a in ran or a not in OPT_IN}
 
 
+PHASES = ("forward", "backward", "step and the rest")
+
+
+def _phase_ms(rec: dict) -> tuple[float, float, float]:
+    """Mean forward, backward, and the rest less waits (the step, the engine's books), in ms."""
+    rows = bp.timed(rec)
+    f, b = (statistics.fmean(r[k] for r in rows) for k in ("forward", "backward"))
+    rest = statistics.fmean(r["time"] - r["wait"] - r["forward"] - r["backward"] for r in rows)
+    return 1e3 * f, 1e3 * b, 1e3 * rest
+
+
+def phase_overhead(reps: dict, a: str = "nosync@ideal", b: str = "plain@ideal") -> dict:
+    """{phase: median (spread)} of ``a``'s mean time in each phase less ``b``'s, in ms, inside each
+    repetition: where the engine's overhead lies (nosync's hooks run in backward, its flat zeroing
+    and accounting in the rest, nothing of it in forward, so forward shows the phases' own noise).
+    Empty when the job did not run both."""
+    pairs = [(_phase_ms(s[a]), _phase_ms(s[b])) for s in reps.values() if a in s and b in s]
+    return {phase: median_spread([x[i] - y[i] for x, y in pairs]) for i, phase in enumerate(PHASES)} if pairs else {}
+
+
+def fmt_ms(m) -> str:
+    """A signed ms difference, ``median (min to max)``."""
+    return "n/a" if m is None else f"{m[0]:+.2f} ({m[1]:+.2f} to {m[2]:+.2f})"
+
+
 def job_seconds(segs: dict) -> float:
     """One job's duration: its first segment's start to its last segment's end (records only, so
     a job kept by ``bench.py --resume`` counts as long as it took)."""
@@ -185,21 +210,24 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
     target, ttt = times_to_target(reps)
     ttt_ratio = {label: [a / b for a, b in zip(ttt[label], ttt.get(REFERENCE, [])) if a and b] for label in ttt}
     some = next(iter(reps.values()))
-    rec = some.get(REFERENCE) or next(iter(some.values()))
+    # the header's run: a timed one (the calibration run is shorter and has no algorithm of its own)
+    rec = some.get(REFERENCE) or some.get(bp.NOSYNC) or next(r for label, r in some.items() if label != "calibration")
     calib = json.loads((Path(rec["_dir"]).parent / "calibration.json").read_text())
+    world = rec["extra"]["world_size"]
     comm_backward = [s["ssgd"]["summary"]["mean_wait"] / s["ssgd"]["summary"]["mean_backward"]
                      for s in reps.values() if "ssgd" in s]
     m = rec["extra"].get("model", {})
     lines = [
         f"## {model}: {rec['config']['model']['name']}/{rec['config']['model']['size']} on {rec['config']['data']['name']}, "
-        f"{rec['extra']['world_size']} workers, H={rec['config']['algo']['H']}",
+        f"{world} worker{'s' if world > 1 else ''}, H={rec['config']['algo']['H']}",
         "",
         f"{len(reps)} repetitions, {rec['summary']['iterations']} iterations per run ({rec['summary']['timed_iterations']} timed). "
         + (f"{m['parameters'] / 1e6:.2f}M parameters, {m['edge_share']:.1%} of bytes in embeddings/head. " if m else "")
-        + f"Emulated link {calib['gbps'] * 1e3:.2f} Mbit/s in repetition 0 (all-reduce of the {calib['model_bytes'] / 2**20:.2f} MiB "
-        f"model = {calib['ratio']:g} x the steady backward of {calib['backward_s'] * 1e3:.1f} ms); measured comm/backward "
-        f"(S-SGD's exposed wait / its backward): {fmt_spread(median_spread(comm_backward), 2)}. Alpha (one collective): "
-        f"{rec['extra']['link']['alpha_ms']:.2f} ms. {_emulation(rec, some)} {_split(some)}",
+        + (f"Emulated link {calib['gbps'] * 1e3:.2f} Mbit/s in repetition 0 (all-reduce of the {calib['model_bytes'] / 2**20:.2f} MiB "
+           f"model = {calib['ratio']:g} x the steady backward of {calib['backward_s'] * 1e3:.1f} ms); measured comm/backward "
+           f"(S-SGD's exposed wait / its backward): {fmt_spread(median_spread(comm_backward), 2)}. Alpha (one collective): "
+           f"{rec['extra']['link']['alpha_ms']:.2f} ms. " if world > 1 else "One worker: no link to emulate. ")
+        + f"{_emulation(rec, some)} {_split(some)}",
         "",
     ]
     lines += [
@@ -250,6 +278,10 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
     lines += ["", "Engine overhead on the ideal link (iteration time ratios, same job): "
               + "; ".join(f"{k} {fmt_spread(v, 3)}" for k, v in over.items())
               + ". Iteration seconds: " + ", ".join(f"{label} {fmt_spread(v, 3)}" for label, v in times.items()) + "."]
+    phases = phase_overhead(reps)
+    if phases:
+        lines += ["", "nosync less plain per phase (ms, mean per run, median over repetitions): "
+                  + "; ".join(f"{k} {fmt_ms(v)}" for k, v in phases.items()) + "."]
     memory = {label[: -len("@memory")]: s[label]["extra"]["memory"]["peak_bytes"]
               for s in reps.values() for label in s if label.endswith("@memory")}
     if memory:

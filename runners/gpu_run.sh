@@ -7,7 +7,8 @@
 #      the GPU over gloo, comm/backward 7, H=10, TF32: GPT-2 and ResNet-18 timed, Llama-2 and
 #      ResNet-50 run side by side (every algorithm, Llama's memory), then GPT-2 and ResNet-18
 #      repetitions 2 and 3;  5. DDP against ASC-WFBP on the ideal link;  6. one worker alone on
-#      the GPU: nosync against plain.
+#      the GPU: nosync against plain;  7. the engine's own cost by phase (runners/engine_phases.py,
+#      one process, no data pipeline) on the paper ResNet-18, ResNet-50 and GPT-2.
 # Run from the repository root after runners/gpu_pack.sh, on the device:
 #   OUT=/some/dir BUDGET_S=520 runners/gpu_run.sh
 # Results: $OUT/summary.txt, $OUT/env.txt, $OUT/cuda_tests.log, $OUT/gpu.tgz (run records,
@@ -25,16 +26,20 @@ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONUNBUFFERED=1 WANDB
 PY=${PY:-python3}
 if [ "${SMOKE:-0}" = 1 ]; then
   DEV=cpu; PROFILE_SIZE=(model.size=tiny); BENCH_SIZE=(model.size=tiny); ITERS=12; ONE="data.block_size=32"
+  SIZE=tiny; SINGLE_ITERS=${SINGLE_ITERS:-12}; PHASE_ITERS=20; BLOCK=32
 else
   DEV=cuda; PROFILE_SIZE=(); BENCH_SIZE=(); ITERS=22; ONE=""
+  # one worker alone: 20 timed iterations of ResNet-18's 11 ms could not resolve 3% (results/gpu/README.md)
+  SIZE=paper; SINGLE_ITERS=${SINGLE_ITERS:-102}; PHASE_ITERS=200; BLOCK=1024
 fi
 
 # STEPS: the groups to run, in the order given (default all): tests profiles timed (GPT-2)
 # other (Llama-2 at once beside ResNet-50) reps (repetitions 2 and 3) ddp (DDP against ASC-WFBP
-# and S-SGD) single (one worker: the engine's overhead on an unshared GPU); the word resnet adds
-# the ResNets to timed, other, reps and single.  RESUME=1 keeps $WORK, so a
-# second call on the same warm machine finishes the repetitions a first call's deadline cut.
-STEPS=" ${STEPS:-tests profiles timed resnet other reps ddp single} "
+# and S-SGD) single (one worker: the engine's overhead on an unshared GPU) phases (the engine's
+# cost by phase, one process); the word resnet adds the ResNets to timed, other, reps and single.
+# RESUME=1 keeps $WORK, so a second call on the same warm machine finishes the repetitions a
+# first call's deadline cut.
+STEPS=" ${STEPS:-tests profiles timed resnet other reps ddp single phases} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 
 step() {  # step NAME CAP_S CMD...: runs CMD under min(CAP_S, time left), logs to $W/NAME.log
@@ -111,9 +116,19 @@ group_ddp() {
 }
 # the engine's overhead with the GPU not shared: one worker, nosync against plain, 3 repetitions
 group_single() {
-  bench gpt2_single gpt2 3 $ITERS --nproc 1 --no-memory --only nosync@ideal plain@ideal "${SET[@]}" $ONE
-  want resnet && bench resnet18_single resnet18 3 $ITERS --nproc 1 --no-memory --only nosync@ideal plain@ideal \
+  bench gpt2_single gpt2 3 $SINGLE_ITERS --nproc 1 --no-memory --only nosync@ideal plain@ideal "${SET[@]}" $ONE
+  want resnet && bench resnet18_single resnet18 3 $SINGLE_ITERS --nproc 1 --no-memory --only nosync@ideal plain@ideal \
     "${SET[@]}" data=synthetic
+}
+# where the engine's own cost lies, phase by phase, without the trainer's data pipeline or a
+# process group: nosync on the engine against the bare model in one process (the presets' batches)
+group_phases() {
+  local spec
+  for spec in "resnet18 --batch 128" "resnet50 --batch 128" "gpt2 --batch 4 --block $BLOCK"; do
+    set -- $spec
+    step "phases_$1" 120 $PY runners/engine_phases.py --model "$@" --size $SIZE --device $DEV \
+      --iterations $PHASE_ITERS --out "$OUT/engine_phases.md"
+  done
 }
 
 for g in $STEPS; do

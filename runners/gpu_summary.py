@@ -141,9 +141,12 @@ def overhead_table(folders: dict, jobs: dict) -> list[str]:
              "Iteration time ratios inside each repetition, median (min-max) over the job's repetitions. Goals "
              "(issue 23): ssgd <= 1.05 x DDP, nosync <= 1.03 x plain. S-SGD all-reduces after backward by "
              "definition; DDP all-reduces its buckets during backward, as ASC-WFBP does (the like-for-like "
-             "pair).", "",
-             "| job | model | workers | repetitions | ssgd / ddp | ascwfbp / ddp | nosync / plain |",
-             "|---|---|---|---|---|---|---|"]
+             "pair). Last column: where nosync's time differs from plain's, by phase (medians over the "
+             "repetitions; spreads in the job's README): its hooks run in backward, its flat zeroing and "
+             "accounting in the rest, nothing of it in forward, whose difference is the phases' own noise.", "",
+             "| job | model | workers | repetitions | ssgd / ddp | ascwfbp / ddp | nosync / plain "
+             "| nosync less plain, ms: forward / backward / rest |",
+             "|---|---|---|---|---|---|---|---|"]
     for card, dirs in folders.items():
         for d in dirs:
             for model, reps in jobs[d].items():
@@ -152,7 +155,9 @@ def overhead_table(folders: dict, jobs: dict) -> list[str]:
                     continue
                 world = next(iter(next(iter(reps.values())).values()))["extra"]["world_size"]
                 cells = " | ".join(fmt_spread(over.get(k), 3) for k in OVERHEAD_COLUMNS)
-                lines.append(f"| {card} {d.parent.name}/{d.name} | {model} | {world} | {len(reps)} | {cells} |")
+                phases = bench_report.phase_overhead(reps)
+                split = " / ".join(f"{v[0]:+.2f}" for v in phases.values()) if phases else "n/a"
+                lines.append(f"| {card} {d.parent.name}/{d.name} | {model} | {world} | {len(reps)} | {cells} | {split} |")
     return lines + [""]
 
 

@@ -1,0 +1,44 @@
+"""The engine's own cost by phase: runners/engine_phases.py trains the engine (nosync) and the bare
+model to the same parameters, bitwise, with dropout on (GPT-2's: without the same seed per
+iteration in both replicas their masks differ and so do the parameters), and writes its sections
+under one title; bench_report.phase_overhead's per-phase differences, exact on hand-made records."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from test_bench_predict import ROOT, record
+
+
+@pytest.fixture()
+def runners(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "runners"))
+    return importlib.import_module("engine_phases"), importlib.import_module("bench_report")
+
+
+def test_the_engine_and_the_bare_model_train_alike_and_the_sections_share_one_title(runners, tmp_path):
+    phases, _ = runners
+    out = tmp_path / "phases.md"
+    assert phases.main(["--model", "resnet18", "--size", "tiny", "--iterations", "10", "--chunk", "5",
+                        "--batch", "4", "--out", str(out)]) == 0
+    assert phases.main(["--model", "gpt2", "--size", "tiny", "--iterations", "10", "--chunk", "5",
+                        "--batch", "2", "--block", "16", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.count(phases.TITLE) == 1 and text.count("Same parameters after training: yes.") == 2
+    for phase in phases.PHASES:
+        assert text.count(f"| {phase} |") == 2
+
+
+def test_phase_overhead_is_each_phase_difference_inside_each_repetition(runners):
+    _, report = runners
+    reps = {0: {"nosync@ideal": record(0.100, 0.210, 0.012, [[0.3]]), "plain@ideal": record(0.101, 0.200, 0.010, [[0.3]])},
+            1: {"nosync@ideal": record(0.100, 0.230, 0.010, [[0.3]]), "plain@ideal": record(0.100, 0.200, 0.010, [[0.3]])},
+            2: {"plain@ideal": record(0.1, 0.2, 0.0, [[0.3]])}}  # no nosync: not a pair
+    got = report.phase_overhead(reps)
+    assert list(got) == list(report.PHASES)
+    assert got["forward"] == pytest.approx((-0.5, -1.0, 0.0))
+    assert got["backward"] == pytest.approx((20.0, 10.0, 30.0))
+    assert got["step and the rest"] == pytest.approx((1.0, 0.0, 2.0))
+    assert report.phase_overhead({0: {"plain@ideal": reps[0]["plain@ideal"]}}) == {}
