@@ -34,10 +34,16 @@ compute-split: venv ## forward / backward / step split of every model.size=compu
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/compute_split.py
 
 PHASES_MD := results/bench/engine_phases.md
-engine-phases: venv ## the engine's own cost by phase (nosync against the bare model, one core, no data pipeline) -> results/bench/engine_phases.md (~3 min)
+# nosync (the engine alone) and the DreamDDP variants (their own host-side work, no waits) on the
+# compute presets make bench runs, at its H; nosync on ResNet-50 paper (161 gradient hooks)
+PHASE_RUNS := "--algo nosync" "--algo dreamddp --set H=10" "--algo dreamddp --set H=10 overlap_forward=true" \
+              "--algo dreamddp --set H=10 merge_delay=1"
+engine-phases: venv ## the engine's own cost by phase (an algorithm on a one-process group against the bare model; one core) -> results/bench/engine_phases.md (~8 min)
 	rm -f $(PHASES_MD).tmp
-	$(PY) runners/engine_phases.py --model resnet18 --size compute --batch 8 --iterations 200 --out $(PHASES_MD).tmp
-	$(PY) runners/engine_phases.py --model gpt2 --size compute --batch 8 --block 128 --iterations 100 --out $(PHASES_MD).tmp
+	for run in $(PHASE_RUNS); do \
+	  $(PY) runners/engine_phases.py --model resnet18 --size compute --batch 8 --iterations 200 $$run --out $(PHASES_MD).tmp || exit 1; \
+	  $(PY) runners/engine_phases.py --model gpt2 --size compute --batch 8 --block 128 --iterations 100 $$run --out $(PHASES_MD).tmp || exit 1; \
+	done
 	$(PY) runners/engine_phases.py --model resnet50 --size paper --batch 4 --iterations 60 --out $(PHASES_MD).tmp
 	mv $(PHASES_MD).tmp $(PHASES_MD)
 

@@ -50,7 +50,7 @@ def _reason(row: dict) -> str:
         if row["predicted_over_measured"]:
             pred = measured * row["predicted_over_measured"][0]
             parts.append(f"the ranks' skew adds {_skew_ms(row):.1f} ms (predicted)")
-            parts.append(f"{1e3 * (measured - pred):+.1f} ms are beyond the model (per-op work the profile lacks"
+            parts.append(f"{1e3 * (measured - pred):+.1f} ms are beyond the model (what the profile lacks; the algorithm's own host-side work alone: `make engine-phases`"
                          + ("" if row.get("probed") else "; the backend's own transfer at the wait, not probed "
                                                          "at this run's start-up") + ")")
     return "; ".join(parts)

@@ -1,17 +1,28 @@
-"""Where the engine's own cost lies: nosync on the engine against the bare model, by phase.
+"""Where the engine's own cost lies: an algorithm on the engine against the bare model, by phase.
 
 One process, one device, no data pipeline and no process group: two replicas of
-a model preset from the same seed, one behind the partial-sync engine with
-nothing to sync (flat buffers, gradient-ready hooks, per-iteration books), one
-behind the passthrough (no engine), train on the same synthetic batches in
-alternating chunks, so both sample the same slow and fast spells of the host.
+a model preset from the same seed, one behind the partial-sync engine running
+an algorithm (default nosync: nothing to sync; flat buffers, gradient-ready
+hooks, per-iteration books) through the real communicator on a one-process
+gloo group (nothing crosses a wire, the ideal link paces nothing, and the
+average over one replica is the replica itself), one behind the passthrough
+(no engine), train on the same synthetic batches in alternating chunks, so
+both sample the same slow and fast spells of the host.  What differs is the
+algorithm's own host-side work: its launches, copies, merges and split
+optimizer steps, and the backend's call on one process; never a wait for a
+peer.  A plan that needs a
+profile (DreamDDP's schedule) is made on a synthetic one: each unit's backward
+in proportion to its parameters, the all-reduce of all of them ``--ratio`` x
+the backward.
 Each phase (begin: zeroing and books; forward; backward: the hooks run here;
 end of backward; step; after step) is timed with the device clock the trainer
 uses (on CUDA a synchronisation at each boundary, as the trainer's stamps).
 Prints each phase's median per engine and their difference, and checks that
-both replicas trained to the same parameters (the comparison is like for like).
+both replicas trained to the same parameters, bitwise (the comparison is like
+for like).
 
     python runners/engine_phases.py --model resnet50 --size paper --device cuda
+    python runners/engine_phases.py --algo dreamddp --set overlap_forward=true
 """
 
 from __future__ import annotations
@@ -22,17 +33,24 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
+import yaml
 
-from dreamddp.algorithms.nosync import NoSync
+from dreamddp.algorithms import ALGORITHMS, build_algorithm
+from dreamddp.algorithms.base import Algorithm
+from dreamddp.checks import ConfigError
 from dreamddp.clock import clock_for
-from dreamddp.comm.fake import FakeCommunicator
+from dreamddp.comm.communicator import Communicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.passthrough import PassthroughEngine
 from dreamddp.engine.units import enumerate_units
 from dreamddp.models import MODELS, build_model
 from dreamddp.models.tasks import compute_loss
+from dreamddp.schedule.profile import Profile
 
-TITLE = "# The engine's own cost by phase (nosync on the engine against the bare model)"
+TITLE = "# The engine's own cost by phase (an algorithm on the engine, one process, against the bare model)"
+# Where one replica does NOT train as local SGD would, so the parameters are not compared:
+NOT_LOCAL_SGD = {"streaming_diloco": "its outer optimizer steps the averaged fragments"}
 PHASES = ("begin", "forward", "backward", "end_backward", "step", "after_step")
 
 
@@ -46,7 +64,37 @@ def _batches(task: str, model, n: int, batch: int, block: int, device) -> list:
     return [torch.randint(0, vocab, (batch, block), generator=g).to(device) for _ in range(n)]
 
 
-def measure(model_name: str, size: str, device: str, iterations: int, chunk: int, batch: int, block: int) -> dict:
+def algorithm_config(name: str, overrides: dict):
+    """The algorithm's own Config with ``overrides`` (an unknown name or key: one-line error)."""
+    try:
+        cls = ALGORITHMS.lookup(name)
+    except ConfigError as e:
+        raise SystemExit(f"error: --algo: {e}") from None
+    if cls.make_engine.__func__ is not Algorithm.make_engine.__func__:
+        raise SystemExit(f"error: --algo {name}: runs without the partial-sync engine (nothing to compare)")
+    fields = cls.Config.__dataclass_fields__
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise SystemExit(f"error: --set {unknown[0]}: not a field of algo={name} ({', '.join(sorted(fields))})")
+    cfg = cls.Config(name=name, **overrides)
+    try:
+        cls.check(cfg)
+    except ConfigError as e:
+        raise SystemExit(f"error: --set {e}") from None
+    return cfg
+
+
+def synthetic_profile(units, ratio: float) -> Profile:
+    """Backward in proportion to parameters (1 s in all), the all-reduce of all of them ``ratio`` s."""
+    total = sum(u.numel for u in units)
+    names = [u.name for u in units]
+    share = {u.name: u.numel / total for u in units}
+    return Profile(units=names, bp=dict(share), comm={n: ratio * share[n] for n in names},
+                   fwd={n: share[n] / 2 for n in names}, nbytes={u.name: u.nbytes for u in units})
+
+
+def measure(model_name: str, size: str, device: str, iterations: int, chunk: int, batch: int, block: int,
+            algo: str = "nosync", overrides: dict | None = None, ratio: float = 7.0) -> dict:
     """{"engine": {phase: [s, ...]}, "plain": {...}, "same_parameters": bool}."""
     dev = torch.device(device)
     task = MODELS[model_name].task
@@ -55,42 +103,56 @@ def measure(model_name: str, size: str, device: str, iterations: int, chunk: int
         torch.manual_seed(0)
         replicas.append(build_model(model_name, size).to(dev))
     batches = _batches(task, replicas[0], chunk, batch, block, dev)
-    engines = {
-        "engine": PartialSyncEngine(replicas[0], enumerate_units(replicas[0]), FakeCommunicator(1, 0),
-                                    NoSync(NoSync.Config(name="nosync"))),
-        "plain": PassthroughEngine(replicas[1], enumerate_units(replicas[1]), 0),
-    }
-    optims = {k: torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9) for k, m in zip(engines, replicas)}
-    models = dict(zip(engines, replicas))
-    clock = clock_for(dev)
-    times: dict = {k: {p: [] for p in PHASES} for k in engines}
-    t = 0
-    while t < iterations:
-        for key, engine in engines.items():
+    # the units in the order their gradients become ready, as the trainer measures it
+    units = [enumerate_units(m, lambda m=m: compute_loss(task, m, batches[0])) for m in replicas]
+    cfg = algorithm_config(algo, overrides or {})
+    algorithm = build_algorithm(cfg, ALGORITHMS.lookup(algo).setup_from_profile(cfg, synthetic_profile(units[0], ratio)))
+    own_group = not dist.is_initialized()
+    if own_group:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        engines = {
+            "engine": PartialSyncEngine(replicas[0], units[0], Communicator(), algorithm),
+            "plain": PassthroughEngine(replicas[1], units[1], 0),
+        }
+        runs = {key: (engine, model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
+                for (key, engine), model in zip(engines.items(), replicas)}
+        times = _alternate(runs, task, batches, clock_for(dev), iterations, chunk)
+        engines["engine"].flush()  # what is still deferred (overlap_forward's steps) lands
+    finally:
+        if own_group:
+            dist.destroy_process_group()
+    same = all(torch.equal(a, b) for a, b in zip(replicas[0].parameters(), replicas[1].parameters()))
+    return {**times, "same_parameters": same}
+
+
+def _alternate(runs: dict, task: str, batches: list, clock, iterations: int, chunk: int) -> dict:
+    """Each run ``chunk`` iterations per turn until ``iterations``; {run: {phase: [s, ...]}}."""
+    times: dict = {k: {p: [] for p in PHASES} for k in runs}
+    for t in range(0, iterations, chunk):
+        for key, (engine, model, optimizer) in runs.items():
             for i in range(chunk):
                 torch.manual_seed(t + i)  # the same dropout masks in both replicas
                 stamps = [clock()]
                 engine.begin_iteration(t + i)
                 stamps.append(clock())
-                loss = compute_loss(task, models[key], batches[i])
+                loss = compute_loss(task, model, batches[i])
                 stamps.append(clock())
                 loss.backward()
                 stamps.append(clock())
                 engine.end_backward()
                 stamps.append(clock())
-                engine.step(optims[key], 0.0)
+                engine.step(optimizer, 0.0)
                 stamps.append(clock())
                 engine.after_step()
                 stamps.append(clock())
                 for phase, a, b in zip(PHASES, stamps, stamps[1:]):
                     times[key][phase].append(b - a)
-        t += chunk
-    same = all(torch.equal(a, b) for a, b in zip(replicas[0].parameters(), replicas[1].parameters()))
-    return {**times, "same_parameters": same}
+    return times
 
 
-def report(times: dict, warmup: int) -> list[str]:
-    lines = ["| phase | engine, nosync (ms) | plain (ms) | difference (ms) |", "|---|---|---|---|"]
+def report(times: dict, warmup: int, label: str = "nosync") -> list[str]:
+    lines = [f"| phase | engine, {label} (ms) | plain (ms) | difference (ms) |", "|---|---|---|---|"]
     total = {"engine": 0.0, "plain": 0.0}
     for phase in PHASES:
         med = {k: statistics.median(times[k][phase][warmup:]) * 1e3 for k in total}
@@ -112,30 +174,48 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=32, help="samples per iteration (32x32 images or token rows)")
     p.add_argument("--block", type=int, default=128, help="tokens per row (language models)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
+    p.add_argument("--algo", default="nosync", help="an algorithm that runs on the engine")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="its algo.* options, e.g. H=10")
+    p.add_argument("--ratio", type=float, default=7.0, help="all-reduce / backward of the synthetic profile")
     p.add_argument("--out", help="append the section to this markdown file (a title first when it is new)")
     args = p.parse_args(argv)
+    overrides = {}
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        if not eq:
+            p.error(f"--set {item}: expected KEY=VALUE")
+        overrides[key] = yaml.safe_load(value)
     if args.iterations < 2 * args.chunk or args.chunk < 1:
         p.error("--iterations must be at least two chunks, --chunk at least 1")
     torch.set_num_threads(args.threads)
-    times = measure(args.model, args.size, args.device, args.iterations, args.chunk, args.batch, args.block)
+    algorithm_config(args.algo, overrides)  # a bad --algo or --set stops here, before any model is built
+    times = measure(args.model, args.size, args.device, args.iterations, args.chunk, args.batch, args.block,
+                    args.algo, overrides, args.ratio)
+    label = ALGORITHMS.lookup(args.algo).variant({"name": args.algo, **overrides})
     where = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"cpu, {args.threads} thread(s)"
     given = list(sys.argv[1:] if argv is None else argv)
     if "--out" in given:  # where the section goes is not how it was measured
         del given[given.index("--out"):given.index("--out") + 2]
-    lines = [f"## {args.model}/{args.size} on {where}", "",
+    lines = [f"## {label}: {args.model}/{args.size} on {where}", "",
              f"Made by `python runners/engine_phases.py {' '.join(given)}`: batch "
              f"{args.batch}" + (f" x {args.block} tokens" if MODELS[args.model].task == "lm" else "")
              + f", {args.iterations} iterations per engine in alternating chunks of {args.chunk} (the first chunk "
              "of each not counted); medians per phase.", "",
-             *report(times, args.chunk), "",
-             f"Same parameters after training: {'yes' if times['same_parameters'] else 'NO'}.", ""]
+             *report(times, args.chunk, label), "",
+             same_line(args.algo, times["same_parameters"]), ""]
     print("\n".join(lines))
     if args.out:
         out = Path(args.out)
         title = [] if out.exists() else [TITLE, "", __doc__.split("\n\n")[1].replace("\n", " "), ""]
         with out.open("a") as f:
             f.write("\n".join(title + lines) + "\n")
-    return 0 if times["same_parameters"] else 1
+    return 0 if times["same_parameters"] or args.algo in NOT_LOCAL_SGD else 1
+
+
+def same_line(algo: str, same: bool) -> str:
+    if algo in NOT_LOCAL_SGD:
+        return f"Parameters not compared: {NOT_LOCAL_SGD[algo]}."
+    return f"Same parameters after training: {'yes' if same else 'NO'}."
 
 
 if __name__ == "__main__":

@@ -122,11 +122,16 @@ group_single() {
 }
 # where the engine's own cost lies, phase by phase, without the trainer's data pipeline or a
 # process group: nosync on the engine against the bare model in one process (the presets' batches)
+# (then the DreamDDP variants' own host-side work on ResNet-18, the shortest iteration)
 group_phases() {
-  local spec
-  for spec in "resnet18 --batch 128" "resnet50 --batch 128" "gpt2 --batch 4 --block $BLOCK"; do
+  local spec i=0
+  for spec in "resnet18 --batch 128" "resnet50 --batch 128" "gpt2 --batch 4 --block $BLOCK" \
+      "resnet18 --batch 128 --algo dreamddp --set H=10" \
+      "resnet18 --batch 128 --algo dreamddp --set H=10 overlap_forward=true" \
+      "resnet18 --batch 128 --algo dreamddp --set H=10 merge_delay=1"; do
     set -- $spec
-    step "phases_$1" 120 $PY runners/engine_phases.py --model "$@" --size $SIZE --device $DEV \
+    i=$((i + 1))
+    step "phases_${i}_$1" 120 $PY runners/engine_phases.py --model "$@" --size $SIZE --device $DEV \
       --iterations $PHASE_ITERS --out "$OUT/engine_phases.md"
   done
 }

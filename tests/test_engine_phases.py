@@ -1,7 +1,8 @@
-"""The engine's own cost by phase: runners/engine_phases.py trains the engine (nosync) and the bare
-model to the same parameters, bitwise, with dropout on (GPT-2's: without the same seed per
-iteration in both replicas their masks differ and so do the parameters), and writes its sections
-under one title; bench_report.phase_overhead's per-phase differences, exact on hand-made records."""
+"""The engine's own cost by phase: runners/engine_phases.py trains an algorithm on the engine
+(one process: its averages are the replica itself) and the bare model to the same parameters,
+bitwise, with dropout on (GPT-2's: without the same seed per iteration in both replicas their
+masks differ and so do the parameters), and writes its sections under one title;
+bench_report.phase_overhead's per-phase differences, exact on hand-made records."""
 
 from __future__ import annotations
 
@@ -29,6 +30,27 @@ def test_the_engine_and_the_bare_model_train_alike_and_the_sections_share_one_ti
     assert text.count(phases.TITLE) == 1 and text.count("Same parameters after training: yes.") == 2
     for phase in phases.PHASES:
         assert text.count(f"| {phase} |") == 2
+
+
+@pytest.mark.parametrize("options", [["--algo", "dreamddp", "--set", "H=2", "overlap_forward=true"],
+                                     ["--algo", "dreamddp", "--set", "H=2", "merge_delay=1"],
+                                     ["--algo", "dear"], ["--algo", "ascwfbp"]])
+def test_an_algorithm_on_one_process_trains_as_the_bare_model(runners, options, capsys):
+    phases, _ = runners
+    assert phases.main(["--model", "resnet18", "--size", "tiny", "--iterations", "8", "--chunk", "4",
+                        "--batch", "4", *options]) == 0
+    assert "Same parameters after training: yes." in capsys.readouterr().out
+
+
+def test_an_update_other_than_local_sgd_is_not_compared_and_a_bad_option_is_one_line(runners, capsys):
+    phases, _ = runners
+    assert phases.main(["--model", "resnet18", "--size", "tiny", "--iterations", "4", "--chunk", "2",
+                        "--batch", "4", "--algo", "streaming_diloco"]) == 0
+    assert "Parameters not compared: its outer optimizer" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--set bogus: not a field of algo=dreamddp"):
+        phases.main(["--algo", "dreamddp", "--set", "bogus=1"])
+    with pytest.raises(SystemExit, match="--algo ddp: runs without the partial-sync engine"):
+        phases.main(["--algo", "ddp"])
 
 
 def test_phase_overhead_is_each_phase_difference_inside_each_repetition(runners):
