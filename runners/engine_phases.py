@@ -1,25 +1,24 @@
 """Where the engine's own cost lies: an algorithm on the engine against the bare model, by phase.
 
-One process, one device, no data pipeline and no process group: two replicas of
-a model preset from the same seed, one behind the partial-sync engine running
+One process, one device, no data pipeline and no peers: two replicas of a
+model preset from the same seed, one behind the partial-sync engine running
 an algorithm (default nosync: nothing to sync; flat buffers, gradient-ready
 hooks, per-iteration books) through the real communicator on a one-process
 gloo group (nothing crosses a wire, the ideal link paces nothing, and the
 average over one replica is the replica itself), one behind the passthrough
 (no engine), train on the same synthetic batches in alternating chunks, so
 both sample the same slow and fast spells of the host.  What differs is the
-algorithm's own host-side work: its launches, copies, merges and split
-optimizer steps, and the backend's call on one process; never a wait for a
-peer.  A plan that needs a
-profile (DreamDDP's schedule) is made on a synthetic one: each unit's backward
-in proportion to its parameters, the all-reduce of all of them ``--ratio`` x
-the backward.
-Each phase (begin: zeroing and books; forward; backward: the hooks run here;
-end of backward; step; after step) is timed with the device clock the trainer
-uses (on CUDA a synchronisation at each boundary, as the trainer's stamps).
-Prints each phase's median per engine and their difference, and checks that
-both replicas trained to the same parameters, bitwise (the comparison is like
-for like).
+algorithm's own host-side work (its launches, copies, merges and split
+optimizer steps, and the backend's call on one process), never a wait for a
+peer.  A plan that needs a profile (DreamDDP's schedule) is made on a
+synthetic one: each unit's backward in proportion to its parameters, the
+all-reduce of all of them ``--ratio`` x the backward.  Each phase (begin:
+zeroing and books; forward; backward: the hooks run here; end of backward;
+step; after step) is timed with the device clock the trainer uses (on CUDA a
+synchronisation at each boundary, as the trainer's stamps).  Prints each
+phase's median per engine and their difference, and checks that both
+replicas trained to the same parameters, bitwise (the comparison is like for
+like).
 
     python runners/engine_phases.py --model resnet50 --size paper --device cuda
     python runners/engine_phases.py --algo dreamddp --set overlap_forward=true
