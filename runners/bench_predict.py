@@ -59,6 +59,16 @@ def timed(rec: dict) -> list[dict]:
     return rows[warmup_cut(len(rows)):]
 
 
+def mean_iteration(rec: dict) -> float:
+    """The run's mean iteration time (its summary's, over its timed iterations)."""
+    return rec["summary"]["mean_iteration_time"]
+
+
+def step_and_rest(row: dict) -> float:
+    """One iteration less its waits, forward and backward: the step and the engine's books."""
+    return row["time"] - row["wait"] - row["forward"] - row["backward"]
+
+
 def timed_mean(rec: dict, field: str) -> float:
     """Mean of one per-iteration field (forward, backward, ...) over the run's timed iterations."""
     return statistics.fmean(r[field] for r in timed(rec))
@@ -100,7 +110,7 @@ def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profil
     profile = load_profile(os.path.join(segs[REFERENCE]["_dir"], "profile"))
     rows = reference_rows(segs, labels)
     fwd, bwd = (statistics.fmean(r[f] for r in rows) for f in ("forward", "backward"))
-    rest = statistics.fmean(r["time"] - r["wait"] - r["forward"] - r["backward"] for r in rows)
+    rest = statistics.fmean(step_and_rest(r) for r in rows)
     fs, bs = fwd / sum(profile.fwd.values()), bwd / sum(profile.bp.values())
     return replace(profile, fwd={u: v * fs for u, v in profile.fwd.items()},
                    bp={u: v * bs for u, v in profile.bp.items()}, step_time=rest)

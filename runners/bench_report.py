@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import bench_predict as bp
+from bench_overhead import engine_overhead, fmt_ms, phase_overhead
 from bench_segments import IDEAL, OPT_IN, TIMED
 from bench_targets import targets
 
@@ -32,8 +33,6 @@ from dreamddp.schedule.profile import load_profile, scaled
 from dreamddp.schedule.schedule_file import late_part, late_run
 
 REFERENCE = bp.REFERENCE
-# engine-overhead ratios (same job); an opt-in segment's only where its job ran it
-OVERHEAD = [("ssgd@ideal", "ddp@ideal"), ("ascwfbp@ideal", "ddp@ideal"), ("nosync@ideal", "plain@ideal")]
 # The paper's 32-GPU table: A6000 profiles x (backward, comm) multipliers (PAPER.md; the artifact README).
 PAPER_PROFILES = {"gpt2": ("paper-v1/A6000/gpt2", 10.0, 5.0), "resnet18": ("paper-v1/A6000/resnet18", 2.0, 1.0),
                   "resnet50": ("paper-v1/A6000/resnet50", 2.0, 1.0), "llama2": ("paper-v1/A6000/llama2", 10.0, 5.0)}
@@ -53,49 +52,10 @@ def load(runs: str) -> dict:
     return out
 
 
-def engine_overhead(reps: dict) -> dict:
-    """{"ssgd / ddp": median (spread), ...}: each OVERHEAD ratio over one job's repetitions
-    ({rep: {segment: run record}}), taken inside each repetition; an opt-in pair the job did
-    not run is left out, one it should have run is None."""
-    ran = {label for s in reps.values() for label in s}
-    return {f"{a.split('@')[0]} / {b.split('@')[0]}":
-            median_spread([_t(s[a]) / _t(s[b]) for s in reps.values() if a in s and b in s])
-            for a, b in OVERHEAD if a in ran or a not in OPT_IN}
-
-
-PHASES = ("forward", "backward", "step and the rest")
-
-
-def _phase_ms(rec: dict) -> tuple[float, float, float]:
-    """Mean forward, backward, and the rest less waits (the step, the engine's books), in ms."""
-    rows = bp.timed(rec)
-    f, b = (statistics.fmean(r[k] for r in rows) for k in ("forward", "backward"))
-    rest = statistics.fmean(r["time"] - r["wait"] - r["forward"] - r["backward"] for r in rows)
-    return 1e3 * f, 1e3 * b, 1e3 * rest
-
-
-def phase_overhead(reps: dict, a: str = "nosync@ideal", b: str = "plain@ideal") -> dict:
-    """{phase: median (spread)} of ``a``'s mean time in each phase less ``b``'s, in ms, inside each
-    repetition: where the engine's overhead lies (nosync's hooks run in backward, its flat zeroing
-    and accounting in the rest, nothing of it in forward, so forward shows the phases' own noise).
-    Empty when the job did not run both."""
-    pairs = [(_phase_ms(s[a]), _phase_ms(s[b])) for s in reps.values() if a in s and b in s]
-    return {phase: median_spread([x[i] - y[i] for x, y in pairs]) for i, phase in enumerate(PHASES)} if pairs else {}
-
-
-def fmt_ms(m) -> str:
-    """A signed ms difference, ``median (min to max)``."""
-    return "n/a" if m is None else f"{m[0]:+.2f} ({m[1]:+.2f} to {m[2]:+.2f})"
-
-
 def job_seconds(segs: dict) -> float:
     """One job's duration: its first segment's start to its last segment's end (records only, so
     a job kept by ``bench.py --resume`` counts as long as it took)."""
     return max(r["end_time"] for r in segs.values()) - min(r["start_time"] for r in segs.values())
-
-
-def _t(rec) -> float:
-    return rec["summary"]["mean_iteration_time"]
 
 
 def paper_ratios(model: str) -> dict:
@@ -147,10 +107,10 @@ def per_rep(reps: dict) -> dict:
             rec = segs.get(label)
             if rec is None:
                 continue
-            row = {"rep": r, "measured": _t(rec), "late": lateness(rec), "probed": record_carrier(rec) is not None,
+            row = {"rep": r, "measured": bp.mean_iteration(rec), "late": lateness(rec), "probed": record_carrier(rec) is not None,
                    "carrier": rec["extra"]["link"].get("carrier", "eager")}
             if REFERENCE in segs:
-                row["x_dreamddp"] = _t(rec) / _t(segs[REFERENCE])
+                row["x_dreamddp"] = bp.mean_iteration(rec) / bp.mean_iteration(segs[REFERENCE])
             if any(label in segs for label in bp.COMPUTE_ONLY):
                 row["compute_over"] = bp.backward_over_reference(rec, segs)
                 row["forward_over"] = bp.forward_over_reference(rec, segs)
@@ -197,7 +157,7 @@ def _split(segs: dict) -> str:
         return ""
     f = statistics.median(r["forward"] for r in rows)
     b = statistics.median(r["backward"] for r in rows)
-    s = statistics.median(r["time"] - r["wait"] - r["forward"] - r["backward"] for r in rows)
+    s = statistics.median(bp.step_and_rest(r) for r in rows)
     return (f"Compute (nosync, steady): forward {1e3 * f:.1f} ms, backward {1e3 * b:.1f} ms, step and the rest "
             f"{1e3 * s:.1f} ms: backward / forward {b / f:.2f}, step / backward {s / b:.2f}.")
 
@@ -266,13 +226,13 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
                      f"{fmt_spread(row['time_to_target_s'], 1)} | {fmt_spread(row['ttt_x_dreamddp'], 2)} |")
     ran = {label for s in reps.values() for label in s}
     bases = {label: label.rsplit("+", 1)[0] for label in TIMED if label in OPT_IN and label in ran}
-    varied = {f"{label} / {base}": median_spread([_t(s[label]) / _t(s[base]) for s in reps.values()
+    varied = {f"{label} / {base}": median_spread([bp.mean_iteration(s[label]) / bp.mean_iteration(s[base]) for s in reps.values()
                                                  if label in s and base in s])
               for label, base in bases.items()}
     if any(varied.values()):
         lines += ["", "Opt-in variants over the run they vary (iteration time ratios, same job): "
                   + "; ".join(f"{k} {fmt_spread(v, 3)}" for k, v in varied.items() if v) + "."]
-    times = {label: median_spread([_t(s[label]) for s in reps.values() if label in s])
+    times = {label: median_spread([bp.mean_iteration(s[label]) for s in reps.values() if label in s])
              for label in IDEAL if label in ran or label not in OPT_IN}
     over = engine_overhead(reps)
     lines += ["", "Engine overhead on the ideal link (iteration time ratios, same job): "

@@ -40,6 +40,7 @@ from dreamddp.algorithms.base import Algorithm
 from dreamddp.checks import ConfigError
 from dreamddp.clock import clock_for
 from dreamddp.comm.communicator import Communicator
+from dreamddp.data import synthetic
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.passthrough import PassthroughEngine
 from dreamddp.engine.units import enumerate_units
@@ -54,13 +55,13 @@ PHASES = ("begin", "forward", "backward", "end_backward", "step", "after_step")
 
 
 def _batches(task: str, model, n: int, batch: int, block: int, device) -> list:
-    g = torch.Generator().manual_seed(0)
+    """``n`` batches of the synthetic dataset (data=synthetic's generator), on ``device``."""
     if task == "image":
         classes = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1].out_features
-        return [(torch.randn(batch, 3, 32, 32, generator=g).to(device),
-                 torch.randint(0, classes, (batch,), generator=g).to(device)) for _ in range(n)]
-    vocab = model.config.vocab_size
-    return [torch.randint(0, vocab, (batch, block), generator=g).to(device) for _ in range(n)]
+        splits = synthetic.images(n * batch, 0, classes)
+        return [(x.to(device), y.to(device)) for x, y in zip(splits.train_x.split(batch), splits.train_y.split(batch))]
+    ids = torch.from_numpy(synthetic.tokens(n * batch, 0, block, model.config.vocab_size).train)
+    return list(ids.view(n, batch, block).to(device))
 
 
 def algorithm_config(name: str, overrides: dict):
@@ -93,8 +94,9 @@ def synthetic_profile(units, ratio: float) -> Profile:
 
 
 def measure(model_name: str, size: str, device: str, iterations: int, chunk: int, batch: int, block: int,
-            algo: str = "nosync", overrides: dict | None = None, ratio: float = 7.0) -> dict:
-    """{"engine": {phase: [s, ...]}, "plain": {...}, "same_parameters": bool}."""
+            cfg, ratio: float = 7.0) -> dict:
+    """{"engine": {phase: [s, ...]}, "plain": {...}, "same_parameters": bool}; ``cfg``: the
+    algorithm's Config, checked (``algorithm_config``)."""
     dev = torch.device(device)
     task = MODELS[model_name].task
     replicas = []
@@ -104,8 +106,7 @@ def measure(model_name: str, size: str, device: str, iterations: int, chunk: int
     batches = _batches(task, replicas[0], chunk, batch, block, dev)
     # the units in the order their gradients become ready, as the trainer measures it
     units = [enumerate_units(m, lambda m=m: compute_loss(task, m, batches[0])) for m in replicas]
-    cfg = algorithm_config(algo, overrides or {})
-    algorithm = build_algorithm(cfg, ALGORITHMS.lookup(algo).setup_from_profile(cfg, synthetic_profile(units[0], ratio)))
+    algorithm = build_algorithm(cfg, ALGORITHMS.lookup(cfg.name).setup_from_profile(cfg, synthetic_profile(units[0], ratio)))
     own_group = not dist.is_initialized()
     if own_group:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -163,6 +164,12 @@ def report(times: dict, warmup: int, label: str = "nosync") -> list[str]:
     return lines
 
 
+def same_line(algo: str, same: bool) -> str:
+    if algo in NOT_LOCAL_SGD:
+        return f"Parameters not compared: {NOT_LOCAL_SGD[algo]}."
+    return f"Same parameters after training: {'yes' if same else 'NO'}."
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="resnet18", choices=sorted(MODELS))
@@ -187,9 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.iterations < 2 * args.chunk or args.chunk < 1:
         p.error("--iterations must be at least two chunks, --chunk at least 1")
     torch.set_num_threads(args.threads)
-    algorithm_config(args.algo, overrides)  # a bad --algo or --set stops here, before any model is built
+    cfg = algorithm_config(args.algo, overrides)  # a bad --algo or --set stops here, before any model is built
     times = measure(args.model, args.size, args.device, args.iterations, args.chunk, args.batch, args.block,
-                    args.algo, overrides, args.ratio)
+                    cfg, args.ratio)
     label = ALGORITHMS.lookup(args.algo).variant({"name": args.algo, **overrides})
     where = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"cpu, {args.threads} thread(s)"
     given = list(sys.argv[1:] if argv is None else argv)
@@ -209,12 +216,6 @@ def main(argv: list[str] | None = None) -> int:
         with out.open("a") as f:
             f.write("\n".join(title + lines) + "\n")
     return 0 if times["same_parameters"] or args.algo in NOT_LOCAL_SGD else 1
-
-
-def same_line(algo: str, same: bool) -> str:
-    if algo in NOT_LOCAL_SGD:
-        return f"Parameters not compared: {NOT_LOCAL_SGD[algo]}."
-    return f"Same parameters after training: {'yes' if same else 'NO'}."
 
 
 if __name__ == "__main__":

@@ -120,8 +120,8 @@ group_single() {
   want resnet && bench resnet18_single resnet18 3 $SINGLE_ITERS --nproc 1 --no-memory --only nosync@ideal plain@ideal \
     "${SET[@]}" data=synthetic
 }
-# where the engine's own cost lies, phase by phase, without the trainer's data pipeline or a
-# process group: nosync on the engine against the bare model in one process (the presets' batches)
+# where the engine's own cost lies, phase by phase, without the trainer's data pipeline or peers:
+# nosync on the engine against the bare model in one process (the presets' batches)
 # (then the DreamDDP variants' own host-side work on ResNet-18, the shortest iteration)
 group_phases() {
   local spec i=0

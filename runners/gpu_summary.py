@@ -14,6 +14,7 @@ import argparse
 import csv
 from pathlib import Path
 
+import bench_overhead
 import bench_report
 
 from dreamddp.atomic import write_text
@@ -43,7 +44,7 @@ def memory(jobs: list[dict], model: str) -> dict[str, float]:
 
 
 DEVICES = (("H200", "bench"), ("H100", "h100"))  # results/gpu's benchmark folders, one per card
-OVERHEAD_COLUMNS = ("ssgd / ddp", "ascwfbp / ddp", "nosync / plain")  # bench_report.engine_overhead's keys
+OVERHEAD_COLUMNS = tuple(bench_overhead.overhead_key(a, b) for a, b in bench_overhead.OVERHEAD)
 
 
 def job_folders(gpu: Path) -> dict[str, list[Path]]:
@@ -150,12 +151,12 @@ def overhead_table(folders: dict, jobs: dict) -> list[str]:
     for card, dirs in folders.items():
         for d in dirs:
             for model, reps in jobs[d].items():
-                over = bench_report.engine_overhead(reps)
+                over = bench_overhead.engine_overhead(reps)
                 if not any(over.values()):
                     continue
                 world = next(iter(next(iter(reps.values())).values()))["extra"]["world_size"]
                 cells = " | ".join(fmt_spread(over.get(k), 3) for k in OVERHEAD_COLUMNS)
-                phases = bench_report.phase_overhead(reps)
+                phases = bench_overhead.phase_overhead(reps)
                 split = " / ".join(f"{v[0]:+.2f}" for v in phases.values()) if phases else "n/a"
                 lines.append(f"| {card} {d.parent.name}/{d.name} | {model} | {world} | {len(reps)} | {cells} | {split} |")
     return lines + [""]

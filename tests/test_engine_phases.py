@@ -2,7 +2,7 @@
 (one process: its averages are the replica itself) and the bare model to the same parameters,
 bitwise, with dropout on (GPT-2's: without the same seed per iteration in both replicas their
 masks differ and so do the parameters), and writes its sections under one title;
-bench_report.phase_overhead's per-phase differences, exact on hand-made records."""
+bench_overhead.phase_overhead's per-phase differences, exact on hand-made records."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from test_bench_predict import ROOT, record
 @pytest.fixture()
 def runners(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "runners"))
-    return importlib.import_module("engine_phases"), importlib.import_module("bench_report")
+    return importlib.import_module("engine_phases"), importlib.import_module("bench_overhead")
 
 
 def test_the_engine_and_the_bare_model_train_alike_and_the_sections_share_one_title(runners, tmp_path):
