@@ -38,7 +38,7 @@ PHASES_MD := results/bench/engine_phases.md
 # compute presets make bench runs, at its H; nosync on ResNet-50 paper (161 gradient hooks)
 PHASE_RUNS := "--algo nosync" "--algo dreamddp --set H=10" "--algo dreamddp --set H=10 overlap_forward=true" \
               "--algo dreamddp --set H=10 merge_delay=1"
-engine-phases: venv ## the engine's own cost by phase (an algorithm on a one-process group against the bare model; one core) -> results/bench/engine_phases.md (~8 min)
+engine-phases: venv ## the engine's own cost by phase (an algorithm on a one-process group against the bare model; one core) -> results/bench/engine_phases.md (~10 min)
 	rm -f $(PHASES_MD).tmp
 	for run in $(PHASE_RUNS); do \
 	  $(PY) runners/engine_phases.py --model resnet18 --size compute --batch 8 --iterations 200 $$run --out $(PHASES_MD).tmp || exit 1; \
