@@ -3,7 +3,8 @@
     python runners/gpu_summary.py [--gpu results/gpu] [--cpu results/bench]
 
 Reads the reports' bench.csv (medians over repetitions, made by runners/bench_report.py)
-of every ``<gpu>/bench/<name>/`` (H200) and ``<gpu>/h100/<name>/`` (H100) and of the CPU
+of every ``<gpu>/bench/<name>/`` (H200, runs 1-3), ``<gpu>/h100/<name>/`` (H100, run 4) and
+``<gpu>/h200/<name>/`` (H200, run 5) and of the CPU
 ``make bench``, and the run records (memory segments, the engine-overhead pairs); writes
 ``<gpu>/side_by_side.md``.
 """
@@ -43,7 +44,8 @@ def memory(jobs: list[dict], model: str) -> dict[str, float]:
             for job in jobs for label, rec in job.get(model, {}).get(0, {}).items() if label.endswith("@memory")}
 
 
-DEVICES = (("H200", "bench"), ("H100", "h100"))  # results/gpu's benchmark folders, one per card
+# results/gpu's benchmark folders, one per machine lent (runs 1-3 with the link reserved at the host's launch)
+DEVICES = (("H200 runs 1-3", "bench"), ("H100 run 4", "h100"), ("H200 run 5", "h200"))
 OVERHEAD_COLUMNS = tuple(bench_overhead.overhead_key(a, b) for a, b in bench_overhead.OVERHEAD)
 
 
@@ -70,19 +72,20 @@ def main(argv=None) -> int:
     cards = [card for card in folders if timed[card]]
     lines = ["# The algorithms side by side: one GPU shared by 2 workers, next to the CPU and the paper", "",
              "Each ratio is an algorithm's mean iteration time over DreamDDP's in the same job (median over the "
-             "job's repetitions), comm/backward 7, H=10. GPU: results/gpu/bench/<model>/ (H200) and "
-             "results/gpu/h100/<model>/ (H100), TF32, paper sizes; "
+             "job's repetitions), comm/backward 7, H=10. GPU: results/gpu/bench/<model>/ (H200, runs 1-3), "
+             "results/gpu/h100/<model>/ (H100, run 4) and results/gpu/h200/<model>/ (H200, run 5), TF32, "
+             "paper sizes; "
              "CPU: results/bench/ (`make bench`, model.size=compute, 2 workers on 2 cores); paper: the authors' "
              "cost model on their A6000 profiles with the paper's 32-GPU multipliers. *bound / measured*: the "
              "least time any plan of the algorithm's kind could take on that job's profile and link, over "
              "the measured time (<job>/README.md). Made by "
              "`python runners/gpu_summary.py`.", "",
-             "The H200 jobs ran before the emulated link waited for the device (dreamddp/comm/ready.py): "
+             "The jobs of runs 1-3 ran before the emulated link waited for the device (dreamddp/comm/ready.py): "
              "their transfers were modelled from the host's launch, which ran ahead of the device "
              "(host_lead.md), so where an algorithm syncs during backward its H200 time is short by up to that "
-             "lead: an H200 bound / measured above 1 is that, and DreamDDP's H200 time being short, the ratio over "
-             "it of an algorithm that syncs after the step (FLSGD) is high by up to as much. The H100 jobs ran "
-             "with the link waiting for the device. The two cards' times are not compared with each other.",
+             "lead: a bound / measured above 1 there is that, and DreamDDP's time being short, the ratio over "
+             "it of an algorithm that syncs after the step (FLSGD) is high by up to as much. Runs 4 and 5 ran "
+             "with the link waiting for the device. No time is compared across the three machines.",
              ""]
     for model in ("gpt2", "resnet18", "resnet50"):
         found = {card: next((d for (m, _), (_, d) in timed[card].items() if m == model), None) for card in cards}
@@ -100,15 +103,16 @@ def main(argv=None) -> int:
         if model in cpu_jobs:
             cpu_first = cpu_jobs[model][min(cpu_jobs[model])]
             lines += ["CPU: " + bench_report._split(cpu_first), ""]
-        head = "".join(f" {c} x DreamDDP | {c} bound / measured | {c} predicted / measured |" for c in cards)
+        ran = [card for card in cards if found[card]]  # the machines that timed this model
+        head = "".join(f" {c} x DreamDDP | {c} bound / measured | {c} predicted / measured |" for c in ran)
         lines += [f"| algorithm |{head} CPU x DreamDDP | CPU bound / measured | paper x DreamDDP (modelled) |",
-                  "|---|" + "---|" * (3 * len(cards) + 3)]
+                  "|---|" + "---|" * (3 * len(ran) + 3)]
         for algo in ORDER:
-            g = {card: timed[card].get((model, algo), (None, None))[0] for card in cards}
+            g = {card: timed[card].get((model, algo), (None, None))[0] for card in ran}
             c = cpu.get((model, algo))
             paper = next((row for row in g.values() if row is not None), None)
             cells = "".join(f" {fmt(g[card], 'x_dreamddp')} | {fmt(g[card], 'bound_over_measured')} | "
-                            f"{fmt(g[card], 'predicted_over_measured')} |" for card in cards)
+                            f"{fmt(g[card], 'predicted_over_measured')} |" for card in ran)
             lines.append(f"| {algo} |{cells} {fmt(c, 'x_dreamddp')} | {fmt(c, 'bound_over_measured')} | "
                          f"{fmt(paper, 'paper_x_dreamddp')} |")
         lines.append("")
