@@ -7,6 +7,7 @@ device itself, and the collectives' definitions on every rank's known inputs.
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import pytest
@@ -113,8 +114,8 @@ def test_unit_backward_times_sum_to_a_backward_timed_the_same_way_without_marks(
         torch.cuda.synchronize()
         clocked.append(t2 - t1)
         by_events.append(start.elapsed_time(end) / 1e3)
-    median = lambda xs: sorted(xs[2:])[len(xs[2:]) // 2]  # noqa: E731
-    summed, unmarked, device_s = sum(profile.bp.values()), median(clocked), median(by_events)
+    summed = sum(profile.bp.values())
+    unmarked, device_s = statistics.median(clocked[2:]), statistics.median(by_events[2:])
     print(f"per-unit backward sum {summed * 1e3:.2f} ms, unmarked backward {unmarked * 1e3:.2f} ms "
           f"(ratio {summed / unmarked:.3f}), by CUDA events {device_s * 1e3:.2f} ms "
           f"(ratio {summed / device_s:.3f}), {len(profile.units)} units")

@@ -48,9 +48,9 @@ def test_on_cuda_the_largest_difference_is_printed_not_checked(runners):
     phases, _ = runners
     times = phases.measure("resnet18", "tiny", "cpu", 4, 2, 4, 16, phases.algorithm_config("nosync", {}))
     assert times["same_parameters"] and times["largest_difference"] == 0.0
-    assert phases.same_line("nosync", True, 0.0, "cpu") == "Same parameters after training: yes."
-    assert phases.same_line("nosync", False, 0.5, "cpu") == "Same parameters after training: NO."
-    line = phases.same_line("nosync", False, 3.2e-6, "cuda")
+    assert phases.same_line("nosync", True, 0.0, False) == "Same parameters after training: yes."
+    assert phases.same_line("nosync", False, 0.5, False) == "Same parameters after training: NO."
+    line = phases.same_line("nosync", False, 3.2e-6, True)
     assert "not bitwise the same, largest difference 3.20e-06" in line and "not a check on CUDA" in line
 
 
