@@ -9,7 +9,14 @@ standard library: checks run in the launcher before any worker starts.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable
+
+
+def refuse(message: str) -> None:
+    """End the process as every entry point refuses bad input: ``error: <one line>``, status 2."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 class ConfigError(ValueError):

@@ -25,7 +25,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from dreamddp.run import dist_env, launch
 from dreamddp.comm.links import LINKS
+from dreamddp.checks import refuse
 from dreamddp.config import CONFIG_NAME, ConfigError, conf_dir, validate
+from dreamddp.config.overrides import compose_checked
 
 # Hydra overrides that describe the launching process, not the run: never passed to workers.
 _PARENT_ONLY = ("hydra.run.", "hydra.sweep.", "hydra.mode", "hydra.launcher", "hydra/launcher",
@@ -37,11 +39,6 @@ _VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", 
 
 class WorkerFailure(RuntimeError):
     """A multirun job whose workers failed; Hydra records it and goes on with the sweep."""
-
-
-def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    sys.exit(2)
 
 
 def _user_overrides(argv: list[str]) -> list[str]:
@@ -84,7 +81,32 @@ def check_group_options(argv: list[str], config_dir: str) -> None:
             values = [override.value()]
         for value in values:
             if isinstance(value, str) and value not in options:
-                _fail(f"{override.key_or_group}={value}: unknown option; choose from {', '.join(options)}")
+                refuse(f"{override.key_or_group}={value}: unknown option; choose from {', '.join(options)}")
+
+
+def check_composes(argv: list[str], config_dir: str, multirun: bool = False) -> None:
+    """Compose the config before Hydra does, so that an unknown key, a value of the wrong type
+    or an override Hydra cannot parse is refused in one line (exit 2) instead of Hydra's several.
+    ``multirun``: the sweep's shared config (dreamddp.sweep_filter then checks every job)."""
+    if any(a.startswith(("--config-dir", "-cd", "--config-path", "-cp")) for a in argv):
+        return  # extra or other search paths: left to Hydra
+    if any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc") for a in argv):
+        return
+    name, overrides, flag = CONFIG_NAME, [], None
+    for token in argv:
+        if flag is not None:
+            name = token if flag in ("--config-name", "-cn") else name
+            flag = None
+        elif token.startswith("--config-name="):
+            name = token.split("=", 1)[1]
+        elif token.startswith("-"):
+            flag = token if token in _VALUE_FLAGS else None
+        else:
+            overrides.append(token)
+    try:
+        compose_checked(config_dir, name, overrides, multirun)
+    except ConfigError as exc:
+        refuse(str(exc))
 
 
 def worker_argv(hc) -> list[str]:
@@ -127,7 +149,8 @@ class ValidateFirst(Callback):
     leaves no run directory at all.  The launching process also checks that it
     can start the run (launch.check_launchable) and write its run directory; a
     worker of a multi-node torchrun, that every node names the same run directory.
-    Multirun jobs differ per job, so the task validates those itself.
+    A sweep's jobs are all checked before the first starts (dreamddp.sweep_filter), and each
+    again by the task on the host it runs on (a SLURM launcher's job checks its own node).
     """
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
@@ -141,13 +164,13 @@ class ValidateFirst(Callback):
                 explicit = any(o.startswith("hydra.run.dir=") for o in config.hydra.overrides.hydra)
                 dist_env.check_shared_run_dir(explicit)
         except ConfigError as exc:
-            _fail(str(exc))
+            refuse(str(exc))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         try:
             check_output_dir("hydra.sweep.dir", config.hydra.sweep.dir)
         except ConfigError as exc:
-            _fail(str(exc))
+            refuse(str(exc))
 
 
 def _task(cfg: DictConfig) -> None:
@@ -164,7 +187,7 @@ def _task(cfg: DictConfig) -> None:
             return
         rc = launch.launch_workers(cfg, run_dir, worker_argv(hc))
     except ConfigError as exc:
-        _fail(str(exc))
+        refuse(str(exc))
     if rc == 0:
         return
     if hc.mode == RunMode.MULTIRUN:
@@ -177,10 +200,13 @@ _hydra_main = hydra.main(config_path=conf_dir(), config_name=CONFIG_NAME, versio
 
 def main() -> None:
     check_group_options(sys.argv[1:], conf_dir())
-    if any(a in ("-m", "--multirun") for a in sys.argv[1:]):
+    multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
+    if multirun:
         from dreamddp import sweep_filter
 
-        sweep_filter.install()  # a repeated sweep skips its completed runs
+        sweep_filter.install()  # every job checked before the first starts; a repeated sweep skips completed runs
+    if not launch.in_worker():  # a worker composes what its launcher already checked
+        check_composes(sys.argv[1:], conf_dir(), multirun)
     _hydra_main()
 
 

@@ -21,7 +21,8 @@ import pytest
 from cli_util import RUN
 from dreamddp.run import launch
 from dreamddp.run.checkpoint import save, step_dir
-from dreamddp.config import ConfigError, validate
+from dreamddp.config import CONFIG_NAME, ConfigError, conf_dir, validate
+from dreamddp.config.overrides import compose_checked
 
 SYNTH = ["model=gpt2", "data=synthetic", "train.batch_size=2", "cluster.nproc=2", "train.iterations=10"]
 
@@ -88,6 +89,43 @@ def test_config_groups(compose_cfg, overrides, start):
     with pytest.raises(ConfigError) as info:
         validate(compose_cfg(overrides))
     _one_line(info.value, start)
+
+
+# --- what Hydra refuses while composing, in our one line (Hydra's own is several) ------
+COMPOSE = [
+    (["algo=flsgd", "algo.bucket_mb=1"], False, "algo.bucket_mb=1: algo (flsgd) has no key bucket_mb (its keys: name, H)"),
+    (["trian.lr=3"], False, "trian.lr=3: the config has no key trian (its keys: seed, model, data, train, algo,"),
+    (["train={a:1}"], False, "train={a:1}: train has no key a (its keys: iterations, batch_size, lr,"),
+    (["train.lr=abc"], False, "train.lr=abc: Value 'abc' of type 'str' could not be converted to Float"),
+    (["cluster.nproc=1.5"], False, "cluster.nproc=1.5: Value '1.5' of type 'float' could not be converted to Integer"),
+    (["model.num_blocks=3"], False, "model.num_blocks=3: Invalid value assigned: int is not a ListConfig"),
+    (["train.lr=["], False, "train.lr=[: cannot parse it (no viable alternative at input '[')"),
+    (["algo=ssgd,flsgd"], False, "algo=ssgd,flsgd: several values; add -m to sweep over them"),
+    # a sweep's shared config has the default algo (ssgd): Hydra's known staging of multiruns
+    (["algo=ascwfbp,dear", "algo.bucket_mb=1"], True,
+     "algo.bucket_mb=1: algo (ssgd) has no key bucket_mb (its keys: name, H); a sweep first composes its shared "
+     "config with the default algo, before choosing each job's: write ++algo.bucket_mb=1"),
+]
+
+
+@pytest.mark.parametrize("overrides,multirun,start", COMPOSE, ids=[" ".join(o) for o, _, _ in COMPOSE])
+def test_composition(overrides, multirun, start):
+    with pytest.raises(ConfigError) as info:
+        compose_checked(conf_dir(), CONFIG_NAME, overrides, multirun)
+    _one_line(info.value, start)
+
+
+@pytest.mark.parametrize("overrides,start", [
+    (["algo=flsgd", "++algo.bucket_mb=1"], "algo.bucket_mb=1: algo (flsgd) has no key bucket_mb (its keys: name, H)"),
+    (["++train.foo=2"], "train.foo=2: train has no key foo (its keys: iterations,"),
+    (["+extra=1"], "extra=1: the config has no key extra (its keys: seed, model,"),
+], ids=["force-added algo option", "force-added train key", "added top-level key"])
+def test_keys_hydra_adds_on_request_are_still_declared_ones(compose_cfg, overrides, start):
+    """Hydra's ``+``/``++`` add keys to the typed nodes; nothing reads a key its node does not declare."""
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg(overrides))
+    _one_line(info.value, start)
+    validate(compose_cfg(["algo=ascwfbp", "++algo.bucket_mb=2"]))  # declared: force-add only sets it
 
 
 def test_launcher_refuses_restarts_it_cannot_do(compose_cfg):
@@ -278,6 +316,26 @@ def _refused(tmp_path: Path, args: list[str], start: str, run_dir: Path | None =
 ], ids=["experiment", "cluster", "launcher", "wandb", "bandwidth", "model"])
 def test_dreamddp_run_refuses_in_one_line(tmp_path, args, start):
     _refused(tmp_path, [*SYNTH, *args], start)
+
+
+@pytest.mark.parametrize("args,start", [
+    (["algo=flsgd", "algo.bucket_mb=1"], "algo.bucket_mb=1: algo (flsgd) has no key bucket_mb"),
+    (["train.lr=abc"], "train.lr=abc: Value 'abc' of type 'str' could not be converted to Float"),
+], ids=["key", "type"])
+def test_dreamddp_run_refuses_what_hydra_refuses_in_one_line(tmp_path, args, start):
+    _refused(tmp_path, [*SYNTH, *args], start)
+
+
+def test_a_sweep_is_checked_whole_before_its_first_job(tmp_path):
+    """The bad job is the last: nothing runs, not even the good first one, and the line names the job."""
+    sweep_dir = tmp_path / "sweep"
+    out = subprocess.run([*RUN, "-m", "model=gpt2,resnet18", "data=shakespeare", "model.size=tiny", "cluster.nproc=1",
+                          "train.iterations=2", f"hydra.sweep.dir={sweep_dir}"],
+                         capture_output=True, text=True, timeout=180, env={**os.environ, "SLURM_JOB_ID": ""})
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith("error: job #1 of 2 (model=resnet18): data=shakespeare: serves task=lm"), lines[0]
+    assert not sweep_dir.exists()
 
 
 def test_dreamddp_run_refuses_a_torn_checkpoint(tmp_path):

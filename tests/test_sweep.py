@@ -95,3 +95,27 @@ def test_sweep_runs_then_skips_completed(tmp_path):
     assert "1 of 2 runs to do" in p.stdout + p.stderr
     assert _status(runs["ssgd"]) == "completed"
     assert (runs["flsgd"] / "run.json").stat().st_mtime_ns == stamps["flsgd"]  # left alone
+
+
+@pytest.mark.parametrize("launcher,refused", [
+    ([], "cluster.device=cuda: CUDA is not available on this host"),  # the basic launcher runs jobs here
+    (["hydra/launcher=submitit_slurm"], None),  # the job's own node checks CUDA and SLURM when it starts
+])
+def test_a_sweep_checks_the_host_only_for_jobs_that_run_on_it(launcher, refused):
+    import torch
+
+    from dreamddp.checks import ConfigError
+    from dreamddp.sweep_filter import as_job, check_job
+
+    if torch.cuda.is_available():
+        pytest.skip("checks what a host without CUDA refuses")
+    cfg = _compose(["cluster=slurm", "cluster.device=cuda", *launcher])
+    with as_job(cfg):
+        if refused is None:
+            check_job(cfg)
+        else:
+            with pytest.raises(ConfigError, match=refused):
+                check_job(cfg)
+    bad = _compose(["model=resnet18", "data=shakespeare", *launcher])  # a rule that holds on any host
+    with as_job(bad), pytest.raises(ConfigError, match="data=shakespeare: serves task=lm"):
+        check_job(bad)

@@ -11,16 +11,35 @@ checkpoints to resume, traffic shaping and data on disk.
 
 from __future__ import annotations
 
+import dataclasses
+
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from dreamddp.checks import ConfigError, at_least
+from dreamddp.config.overrides import unknown_key
+from dreamddp.config.schema import Config
 
 
 def _check_missing(cfg: DictConfig) -> None:
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise ConfigError(f"{missing[0]}: no value set (it has no default; pick a group option or set it)")
+
+
+def _check_known_keys(cfg: DictConfig, kind=None, prefix: str = "") -> None:
+    """Every key is one its typed node declares (``kind``: the root's type, which a masked
+    copy of the config no longer carries).  Composition refuses others, but Hydra's force-add
+    (``++algo.bucket_mb=1``, how a sweep over ``algo`` sets an option only some of its
+    algorithms have) adds the key to every job's node, declared or not."""
+    kind = kind or OmegaConf.get_type(cfg)
+    declared = [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else None
+    for key, value in OmegaConf.to_container(cfg, resolve=False).items():
+        full = f"{prefix}{key}"
+        if declared is not None and key not in declared and not (key == "hydra" and not prefix):
+            raise unknown_key(f"{full}={value}", full, cfg, declared)
+        if isinstance(value, dict):
+            _check_known_keys(cfg[key], prefix=f"{full}.")
 
 
 def _check_components(cfg: DictConfig) -> None:
@@ -128,10 +147,14 @@ def _check_resume(cfg: DictConfig) -> None:
         raise ConfigError(str(exc)) from exc
 
 
-def validate(cfg: DictConfig) -> None:
-    """Raise ConfigError (one line, naming the field) when ``cfg`` cannot run."""
+def validate(cfg: DictConfig, host: bool = True) -> None:
+    """Raise ConfigError (one line, naming the field) when ``cfg`` cannot run.
+
+    ``host=False``: only the rules that hold wherever the job runs (the fields, model x data,
+    algorithm x link), for a sweep checked on a login node whose jobs run elsewhere: CUDA,
+    checkpoints, traffic shaping and data are the job's host's to check."""
     try:
-        _validate(cfg)
+        _validate(cfg, host)
     except InterpolationResolutionError as exc:  # a resolver's own ConfigError (e.g. ddp_by_size)
         inner = exc
         while inner is not None and not isinstance(inner, ConfigError):
@@ -139,9 +162,12 @@ def validate(cfg: DictConfig) -> None:
         raise (inner or ConfigError(str(exc).splitlines()[0])) from None
 
 
-def _validate(cfg: DictConfig) -> None:
+def _validate(cfg: DictConfig, host: bool) -> None:
+    _check_known_keys(cfg, Config)
     _check_missing(cfg)
     _check_components(cfg)
+    if not host:
+        return
     _check_device(cfg)
     _check_resume(cfg)
     _check_host_link(cfg)
