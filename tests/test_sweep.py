@@ -62,6 +62,24 @@ def test_preset_composes_with_a_deterministic_sweep(preset):
             _compose([f"experiment={preset}", f"{key}={value}"])
 
 
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_job_of_a_preset_passes_the_sweeps_own_check(preset):
+    """What ``dreamddp-run -m experiment=<preset>`` checks before its first job: every job, on
+    this host for the CPU studies, the rules that hold anywhere for the SLURM ones."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from dreamddp.sweep_filter import as_job, check_job
+
+    params = [f"{k}={v}" for k, v in _compose([f"experiment={preset}"]).hydra.sweeper.params.items()]
+    (jobs,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(params), None)
+    assert len(jobs) >= 4
+    for job in jobs:
+        cfg = _compose([f"experiment={preset}", *job])
+        with as_job(cfg):
+            check_job(cfg)
+
+
 def _sweep(sweep_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
     args = ["runners/sweep.py", "experiment=divergence_cpu", "model=resnet18", "algo=ssgd,flsgd", "bandwidth=ideal",
