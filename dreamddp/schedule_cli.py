@@ -35,10 +35,13 @@ from dreamddp.schedule.schedule_file import assign_runs, save_schedule
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dreamddp-schedule", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="dreamddp-schedule", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("profile_dir")
     p.add_argument("--H", type=int, default=10, help="synchronisation period (iterations per window)")
-    p.add_argument("--scheduler", choices=SCHEDULERS, default="dreamddp")
+    p.add_argument("--scheduler", choices=SCHEDULERS, default="dreamddp",
+                   help="dreamddp: the paper's DFS over contiguous splits; optimal: their exact optimum; "
+                        "general: any subset per iteration, collectives grouped; enp: PLSGD-ENP's equal counts")
     p.add_argument("--no-bubble", action="store_true", help="skip bubble filling")
     p.add_argument("--out", default="schedule.json", help="where to write the schedule")
     p.add_argument("--workers", type=int, help="world size for the modelled link (with --gbps)")
