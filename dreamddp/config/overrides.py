@@ -5,8 +5,8 @@ or an override they cannot parse, but report it over several lines (the
 exception, ``full_key``, ``reference_type``, ``object_type``) with exit
 status 1.  ``compose_checked`` composes the job first the way Hydra will, and
 turns such a refusal into the shape every other check has:
-``<override>: <why>``, e.g. ``algo.bucket_mb=1: algo has no key bucket_mb
-(its keys: name, H)``.
+``<override>: <why>``, e.g. ``algo.bucket_mb=1: algo (flsgd) has no key
+bucket_mb (its keys: name, H)``.
 """
 
 from __future__ import annotations
