@@ -110,7 +110,7 @@ def job_spec(args, model: str, rep: int, out: str) -> dict:
                              if (s["label"] in args.only if args.only else not s.get("opt_in"))], rep),
         "ratio": args.ratio,
         "iterations": args.iterations,
-        "chunk": args.H,  # iterations of one segment per turn when they are interleaved: one window
+        "chunk": args.chunk or args.H,  # iterations of one segment per turn when they are interleaved
         "calibration_iterations": args.calibration_iterations,
         "memory": rep == 0 and not args.no_memory,
         "memory_iterations": 4,
@@ -163,6 +163,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=3, help="repetitions (medians need >= 3)")
     p.add_argument("--nproc", type=int, default=2, help="workers (one per core measures the paper's regime)")
     p.add_argument("--H", type=int, default=10)
+    p.add_argument("--chunk", type=int, default=0,
+                   help="iterations of one segment per turn of the interleaving (default 0: one H-window)")
     p.add_argument("--ratio", type=float, default=7.0, help="comm (all-reduce of all parameters) / backward")
     # 44: the first 4 are not timed (dreamddp.run.summary.warmup_cut), so the timed 40 hold every
     # position of an H=10 window equally often (a window's iterations differ in exposed wait), and
@@ -181,6 +183,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true",
                    help="keep the jobs already completed in --out with the same spec and code; run the rest")
     args = p.parse_args(argv)
+    if args.chunk < 0:
+        p.error(f"--chunk {args.chunk}: must be >= 1 (or 0: one H-window)")
     unknown = [m for m in args.models if m not in MODELS[args.preset]]
     if unknown:
         p.error(f"--models {unknown[0]}: no {args.preset} preset (have {', '.join(MODELS[args.preset])})")
