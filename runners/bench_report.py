@@ -312,7 +312,10 @@ def write(runs: str, out: str) -> None:
         section, model_rows, judged[model] = model_section(model, reps)
         lines += section + [""]
         rows += model_rows
-    lines += targets(judged, args) + ["", _READING]
+    chunk = int(args.get("chunk") or 0)
+    interleave = "one H-window" if chunk in (0, int(args.get("H") or 0)) else \
+        ("one iteration" if chunk == 1 else f"{chunk} iterations")
+    lines += targets(judged, args) + ["", _READING.replace("{interleave}", interleave)]
     write_text(os.path.join(out, "README.md"), "\n".join(lines) + "\n")
     if rows:
         write_csv(os.path.join(out, "bench.csv"), [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()}
@@ -339,7 +342,7 @@ _READING = """## How to read it
   spread of it (sampled: a sync point waits for the slowest rank), the link as recorded, the run's plan,
   and the real transfer its deferred carrier runs at the first wait (gloo's all-reduces probed at
   the run's start-up, `extra.link.real_transfer_ms`).
-- Runs are interleaved one H-window at a time inside each job, so every algorithm samples the
+- Runs are interleaved {interleave} at a time inside each job, so every algorithm samples the
   same slow and fast spells of the host; the link's clock of the runs not training is paused.
 - *waited beyond the link model*: in the sampled iterations, how long after its modelled deadline
   the iteration's last collective completed (the slowest worker and gloo's own transfer).

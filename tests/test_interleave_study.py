@@ -73,3 +73,15 @@ def test_committed_report_is_what_its_records_give(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     for name in ("README.md", "interleave.csv"):
         assert (tmp_path / "interleave" / name).read_text() == (committed / name).read_text(), name
+
+
+def test_the_headline_interleaved_one_iteration_per_turn_regenerates(tmp_path, monkeypatch):
+    """results/bench_chunk1: make bench's jobs with --chunk 1; its report says how it interleaved."""
+    monkeypatch.syspath_prepend(str(ROOT / "runners"))
+    import bench_report
+
+    committed = ROOT / "results" / "bench_chunk1"
+    bench_report.write(str(committed / "runs"), str(tmp_path))
+    text = (tmp_path / "README.md").read_text()
+    assert text == (committed / "README.md").read_text()
+    assert "--chunk 1" in text and "interleaved one iteration at a time" in text
