@@ -42,15 +42,26 @@ class WorkerFailure(RuntimeError):
 
 
 def _user_overrides(argv: list[str]) -> list[str]:
+    """The overrides on a command line: every token that is neither a flag nor a flag's value."""
     out, skip = [], False
     for token in argv:
         if skip:
             skip = False
         elif token.startswith("-"):
             skip = token in _VALUE_FLAGS
-        elif "=" in token:
+        else:
             out.append(token)
     return out
+
+
+def _config_name(argv: list[str]) -> str:
+    """The primary config a command line names (``--config-name``/``-cn``), else ours."""
+    for i, token in enumerate(argv):
+        if token.startswith("--config-name="):
+            return token.split("=", 1)[1]
+        if token in ("--config-name", "-cn") and i + 1 < len(argv):
+            return argv[i + 1]
+    return CONFIG_NAME
 
 
 def check_group_options(argv: list[str], config_dir: str) -> None:
@@ -92,19 +103,8 @@ def check_composes(argv: list[str], config_dir: str, multirun: bool = False) -> 
         return  # extra or other search paths: left to Hydra
     if any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc") for a in argv):
         return
-    name, overrides, flag = CONFIG_NAME, [], None
-    for token in argv:
-        if flag is not None:
-            name = token if flag in ("--config-name", "-cn") else name
-            flag = None
-        elif token.startswith("--config-name="):
-            name = token.split("=", 1)[1]
-        elif token.startswith("-"):
-            flag = token if token in _VALUE_FLAGS else None
-        else:
-            overrides.append(token)
     try:
-        compose_checked(config_dir, name, overrides, multirun)
+        compose_checked(config_dir, _config_name(argv), _user_overrides(argv), multirun)
     except ConfigError as exc:
         refuse(str(exc))
 

@@ -27,7 +27,7 @@ import subprocess
 import sys
 
 import bench_predict as bp
-from bench_report import load, per_rep
+from bench_report import _split, load, per_rep
 from benchlib import write_tables
 
 from dreamddp.atomic import write_text
@@ -63,12 +63,13 @@ def job_row(chunk: int, rep: int, segs: dict) -> dict:
 
 
 def report(args, chunks: list[int]) -> None:
-    rows = []
+    rows, splits = [], []
     for rep in range(args.reps):
         for chunk in chunks:
             runs = load(os.path.join(job_dir(args.out, chunk, rep), "runs"))
             if args.model in runs and 0 in runs[args.model]:
                 rows.append(job_row(chunk, rep, runs[args.model][0]))
+                splits.append(f"- chunk {chunk}, repetition {rep}: {_split(runs[args.model][0])}")
     if not rows:
         raise SystemExit(f"interleave: no completed job under {args.out}")
     write_tables(args.out, "interleave", "Per job (one benchmark job each; fractions, not percent):", rows)
@@ -95,6 +96,8 @@ def report(args, chunks: list[int]) -> None:
         lines.append(f"| {chunk} | {len(mine)} | {med('backward_stray_mean'):.3f} | {med('backward_stray_max'):.3f} | "
                      f"{top('backward_stray_max'):.3f} | {med('error_median'):.3f} | {med('error_max'):.3f} | "
                      f"{top('error_max'):.3f} |")
+    lines += ["", "The regime of each job, its compute-only run's steady split (the paper models' on a GPU: backward "
+              "about 2x forward, the step small):", "", *splits]
     write_text(os.path.join(args.out, "README.md"), "\n".join(lines) + "\n\n" + per_job)
     print(f"{args.out}/README.md")
 
