@@ -25,9 +25,15 @@ has half the variance of one.
   alone (``real=True``: with the real transfer as ``predict`` has it);
 - ``structure_bound``: the least iteration any plan of the algorithm's kind
   could take on this profile and link (DreamDDP: the least exposed wait any
-  assignment of units to iterations could leave, each unit's all-reduce
-  overrunning what remains of backward after its gradient (or, overlapped,
-  of the next forward up to the unit); with a delayed merge, each unit either
+  plan its scheduler searches could leave: with the paper's scheduler (or
+  ``optimal``), one contiguous run of units per iteration, each run's
+  all-reduces queued on the link from their gradients until the end of
+  backward (or, overlapped, until each unit's next forward), the exact
+  optimum over such splits (schedule/optimal.py); with the general scheduler,
+  any assignment, each unit's all-reduce at least overrunning what remains of
+  backward after its gradient (or the next forward up to the unit) alone on
+  the link (``any_assignment`` asks for this one whatever the scheduler, the
+  price of contiguity); with a delayed merge, each unit either
   that or, merged late, what overruns d iterations of compute (each of its
   parts, when ``algo.late_parts`` lets the plan cut it), and never less than
   the window's traffic over H); for the others their plan is their structure.
@@ -43,9 +49,10 @@ import numpy as np
 
 from dreamddp.prediction import record_carrier, record_link, simulate_record, skew_of
 from dreamddp.run.summary import warmup_cut
-from dreamddp.schedule.cost import arrays
+from dreamddp.schedule.cost import arrays, deadline_run_costs
 from dreamddp.schedule.delay import late_room
 from dreamddp.schedule.general import hiding_bound
+from dreamddp.schedule.optimal import contiguous_split
 from dreamddp.schedule.profile import Profile, load_profile, scaled
 
 REFERENCE = "dreamddp"  # the segment whose start-up profile gives the per-unit shares
@@ -173,8 +180,13 @@ def longest_unit(rec: dict, profile: Profile) -> tuple[str, float, float, float,
     return unit, comm[unit], compute_time(profile), profile.step_time, late_parts(rec)
 
 
-def structure_bound(label: str, rec: dict, profile: Profile) -> float:
-    """The least iteration time of any plan of this algorithm's kind (module docstring)."""
+CONTIGUOUS = ("dreamddp", "optimal")  # the schedulers whose plans sync one contiguous run of units per iteration
+
+
+def structure_bound(label: str, rec: dict, profile: Profile, any_assignment: bool = False) -> float:
+    """The least iteration time of any plan of this algorithm's kind (module docstring);
+    ``any_assignment``: for DreamDDP, over every assignment of units to iterations, whatever
+    its scheduler searches (the general scheduler's kind)."""
     algo = rec["config"]["algo"]
     if algo["name"] != "dreamddp":
         return plan_bound(rec, profile)
@@ -192,6 +204,8 @@ def structure_bound(label: str, rec: dict, profile: Profile) -> float:
     synced = comm > 0
     overrun = np.maximum(0.0, comm - (end - ready))  # in place, alone on the link (hiding_bound's terms)
     delay = int(algo.get("merge_delay") or 0)
+    if not delay and algo.get("scheduler", "dreamddp") in CONTIGUOUS and not any_assignment:
+        return compute + contiguous_split(deadline_run_costs(ready, comm, end), H)[0] / H
     if not delay:
         return compute + hiding_bound(ready[synced], comm[synced], end[synced]) / H
     # merged late: from after the step to the end of backward d iterations later, alone on the link,

@@ -87,8 +87,10 @@ def targets(judged: dict, args: dict) -> list[str]:
                  ("dreamddp+delay", "dreamddp", "dreamddp+overlap"))
         if not skew_job and model == "gpt2":
             d = rows.get("dreamddp", {}).get("bound_over_measured")
-            line(f"dreamddp within 3% of its bound ({model})", fmt_spread(d, 3), d is not None and d[0] >= 1 / 1.03,
-                 ("dreamddp",))
+            anyb = rows.get("dreamddp", {}).get("any_bound_over_measured")
+            line(f"dreamddp within 3% of its bound ({model})",
+                 fmt_spread(d, 3) + (f"; {fmt_spread(anyb, 3)} of any assignment's" if anyb and anyb != d else ""),
+                 d is not None and d[0] >= 1 / 1.03, ("dreamddp",))
             if d is not None and d[0] < 1 / 1.03:
                 reasons.append(_dreamddp_reason(model, j))
                 explained.add((model, "dreamddp"))
@@ -184,16 +186,16 @@ def _bound_line(model: str, label: str, row: dict) -> str:
 
 
 def _dreamddp_reason(model: str, j: dict) -> str:
-    """Why DreamDDP (the paper's scheduler) stays more than 3% above its bound, and how close the
-    general scheduler, which searches the simulated window with the forward pass in it, comes."""
+    """Why DreamDDP (the paper's scheduler) stays more than 3% above its bound, and what the
+    general scheduler, which may assign any units to any iteration, reaches against its own."""
     row = j["rows"]["dreamddp"]
     text = _bound_line(model, "dreamddp against its bound", row)
     general = j["rows"].get("dreamddp+general")
-    if general and general["iteration_s"]:
-        text += (f". The paper's scheduler picks its plan on the authors' cost model, which leaves the forward pass "
-                 f"out; dreamddp+general, the same algorithm with `algo.scheduler=general`, measured "
-                 f"{1e3 * general['iteration_s'][0]:.1f} ms: {row['bound_s'][0] / general['iteration_s'][0]:.3f} "
-                 f"of the same bound")
+    if general and general["iteration_s"] and row.get("any_bound_s"):
+        text += (f". Its scheduler syncs one contiguous run of units per iteration; any assignment's bound is "
+                 f"{1e3 * row['any_bound_s'][0]:.1f} ms; dreamddp+general, the same algorithm with "
+                 f"`algo.scheduler=general`, measured {1e3 * general['iteration_s'][0]:.1f} ms: "
+                 f"{row['any_bound_s'][0] / general['iteration_s'][0]:.3f} of that bound")
     return text + "."
 
 

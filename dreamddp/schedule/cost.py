@@ -45,15 +45,23 @@ def exposed_wait(bp: np.ndarray, comm: np.ndarray, idx: Iterable[int]) -> float:
 
 def run_costs(bp: np.ndarray, comm: np.ndarray) -> np.ndarray:
     """``C[s, e]`` = exposed wait of an iteration syncing the run s..e-1 (e > s)."""
-    L = len(bp)
     ready = np.cumsum(bp)
-    end = float(ready[-1]) if L else 0.0
+    return deadline_run_costs(ready, comm, np.full(len(bp), float(ready[-1]) if len(bp) else 0.0))
+
+
+def deadline_run_costs(ready: np.ndarray, comm: np.ndarray, deadline: np.ndarray) -> np.ndarray:
+    """``C[s, e]`` = exposed wait of an iteration syncing the run s..e-1 when unit k must have
+    arrived by ``deadline[k]``: the end of backward for every unit (``run_costs``), or, with the
+    averages finishing behind the next forward, the unit's own forward pre-hook.  A wait shifts
+    every later deadline with it, so the run waits its worst lateness, ``max_k finish_k -
+    deadline_k`` (a unit with nothing to send "finishes" when the link reaches it, never late)."""
+    L = len(ready)
     P = np.concatenate(([0.0], np.cumsum(comm)))
     slack = ready - P[:-1]
     C = np.zeros((L + 1, L + 1))
     for s in range(L):
         finish = P[s + 1 :] + np.maximum.accumulate(slack[s:])
-        C[s, s + 1 :] = np.maximum(0.0, finish - end)
+        C[s, s + 1 :] = np.maximum(0.0, np.maximum.accumulate(finish - deadline[s:]))
     return C
 
 

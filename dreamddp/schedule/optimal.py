@@ -22,12 +22,17 @@ def optimal_cuts(bp: np.ndarray, comm: np.ndarray, H: int) -> tuple[float, list[
     """(least total wait, run boundaries [0, c1, ..., L]) for H iterations."""
     if H < 1:
         raise ValueError(f"H must be >= 1, got {H}")
-    L = len(bp)
+    return contiguous_split(run_costs(bp, comm), H)
+
+
+def contiguous_split(C: np.ndarray, H: int) -> tuple[float, list[int]]:
+    """The least-wait split of units 0..L-1 into H contiguous runs, ``C[s, e]`` the wait of an
+    iteration syncing the run s..e-1 (``cost.run_costs`` or ``cost.deadline_run_costs``)."""
+    L = C.shape[0] - 1
     if L < H:
         cuts = list(range(L + 1)) + [L] * (H - L)
-        C = run_costs(bp, comm)
         return float(sum(C[i, i + 1] for i in range(L))), cuts
-    C = run_costs(bp, comm)
+    C = C.copy()
     C[np.tril_indices(L + 1)] = np.inf  # runs s..e-1 need s < e
     return best_splits(C, H)
 
