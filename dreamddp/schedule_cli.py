@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="dreamddp: the paper's DFS over contiguous splits; optimal: their exact optimum; "
                         "general: any subset per iteration, collectives grouped; enp: PLSGD-ENP's equal counts")
     p.add_argument("--no-bubble", action="store_true", help="skip bubble filling")
+    p.add_argument("--overlap-forward", action="store_true",
+                   help="plan for algo.overlap_forward=true: each average due at its unit's next forward "
+                        "(dreamddp and optimal schedulers)")
     p.add_argument("--out", default="schedule.json", help="where to write the schedule")
     p.add_argument("--workers", type=int, help="world size for the modelled link (with --gbps)")
     p.add_argument("--gbps", type=float, help="link bandwidth in Gbit/s (with --workers)")
@@ -69,6 +72,8 @@ def run(args: argparse.Namespace) -> str:
         raise ValueError("--authors-model uses the profile's measured comm times; drop --workers/--gbps")
     if args.alpha_ms < 0:
         raise ValueError(f"--alpha-ms must be >= 0, got {args.alpha_ms}")
+    if args.overlap_forward and args.authors_model:
+        raise ValueError("--authors-model leaves the forward pass out, so it cannot plan for --overlap-forward")
     profile = load_profile(args.profile_dir)
     bubble, alpha = not args.no_bubble, args.alpha_ms / 1e3
     collectives = None
@@ -87,16 +92,18 @@ def run(args: argparse.Namespace) -> str:
             link, world = LinkModel(args.gbps, args.latency_ms / 1e3, alpha_s=alpha), args.workers
             seconds = {u: link.seconds("all_reduce", profile.nbytes.get(u, 0), world) for u in profile.units}
             profile_for_schedule = replace(profile, comm=seconds)
-        schedule, collectives = make_plan(profile_for_schedule, args.H, args.scheduler, bubble, alpha)
+        schedule, collectives = make_plan(profile_for_schedule, args.H, args.scheduler, bubble, alpha,
+                                          args.overlap_forward)
         runs = None
         if collectives is not None:
             runs = assign_runs(collectives, groups(profile, args.H, schedule), profile.units)
         rows = []
         for algo in simulated_algorithms():
             scheduled = ALGORITHMS[algo].scheduled  # the scheduler's output is theirs
+            overlap = {"overlap_forward": True} if scheduled and args.overlap_forward else {}
             r = simulate(algo, profile, H=args.H, schedule=schedule if scheduled else None,
-                         runs=runs if scheduled else None, world=world, link=link)
-            rows.append((algo, r.mean_iter, r.mean_wait))
+                         runs=runs if scheduled else None, world=world, link=link, **overlap)
+            rows.append((algo + ("+overlap" if overlap else ""), r.mean_iter, r.mean_wait))
         where = f"{args.workers} workers, {args.gbps} Gbit/s" if link else "measured comm times"
         text = _table(rows, f"simulated engine, H={args.H}, {where}, {args.scheduler} schedule")
     save_schedule(args.out, args.H, schedule, collectives)

@@ -49,7 +49,7 @@ import numpy as np
 
 from dreamddp.prediction import record_carrier, record_link, simulate_record, skew_of
 from dreamddp.run.summary import warmup_cut
-from dreamddp.schedule.cost import arrays, deadline_run_costs
+from dreamddp.schedule.cost import arrays, deadline_run_costs, forward_slack
 from dreamddp.schedule.delay import late_room
 from dreamddp.schedule.general import hiding_bound
 from dreamddp.schedule.optimal import contiguous_split
@@ -198,9 +198,7 @@ def structure_bound(label: str, rec: dict, profile: Profile, any_assignment: boo
     ready = fwd + np.cumsum(bp)
     end = np.full(len(bp), fwd + float(bp.sum()))
     if algo.get("overlap_forward"):  # until the unit's next forward pre-hook
-        per_unit = np.array([profile.fwd.get(u, 0.0) for u in profile.units])
-        before = np.concatenate((np.cumsum(per_unit[::-1])[::-1][1:], [0.0]))
-        end = end + profile.step_time + before
+        end = end + forward_slack(profile)
     synced = comm > 0
     overrun = np.maximum(0.0, comm - (end - ready))  # in place, alone on the link (hiding_bound's terms)
     delay = int(algo.get("merge_delay") or 0)

@@ -354,7 +354,10 @@ _READING = """## How to read it
 - *time to loss*: training seconds (sum of iteration times) until the training loss, averaged
   over the last 10 iterations, first reaches the target: the highest final such loss among the
   timed runs, so every run reaches it (dreamddp/results/target.py).
-- dreamddp+overlap runs DreamDDP's schedule with the averages finishing behind the next forward;
+- dreamddp+overlap runs DreamDDP with the averages finishing behind the next forward
+  (`algo.overlap_forward=true`; its record's `extra.schedule.source` says "for overlap_forward"
+  where the schedule was planned for that, and not in records made before the scheduler was,
+  whose schedule was planned for the end of backward);
   dreamddp+general profiles and schedules with `algo.scheduler=general`; dreamddp+delay with
   `algo.merge_delay=1`.
 """

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from dreamddp.comm.cost import LinkModel
+from dreamddp.prediction import simulate
 from dreamddp.schedule_cli import main
 from dreamddp.schedule.compare import project, reference_root
 from dreamddp.schedule.profile import Profile, load_profile, save_profile, scaled
@@ -94,6 +97,25 @@ def test_cli_modelled_link(tmp_path, capsys):
     assert "ssgd                     4.000000        2.000000" in capsys.readouterr().out
 
 
+def test_cli_plans_for_overlap_forward(tmp_path, capsys):
+    """make bench's GPT-2 profile on its link: planned for the averages due at the next forward,
+    the window syncs differently and the overlapped run is modelled faster than on the plan made
+    for the end of backward."""
+    profile = Path(__file__).resolve().parents[1] / "results" / "bench" / "runs" / "gpt2" / "rep0" / "dreamddp" / "profile"
+    link = ["--H", "10", "--workers", "2", "--gbps", "0.07477"]
+    assert main([str(profile), *link, "--out", str(tmp_path / "end.json")]) == 0
+    capsys.readouterr()
+    assert main([str(profile), *link, "--overlap-forward", "--out", str(tmp_path / "fwd.json")]) == 0
+    text = capsys.readouterr().out
+    row = next(line for line in text.splitlines() if line.startswith("dreamddp+overlap "))
+    assert read_schedule(tmp_path / "fwd.json")[1] != read_schedule(tmp_path / "end.json")[1]
+    prof, lm = load_profile(profile), LinkModel(0.07477)
+    on = {name: simulate("dreamddp", prof, H=10, world=2, link=lm, overlap_forward=True,
+                         schedule=read_schedule(tmp_path / name)[1]).mean_iter for name in ("end.json", "fwd.json")}
+    assert float(row.split()[1]) == pytest.approx(on["fwd.json"], abs=1e-6)
+    assert on["fwd.json"] < 0.99 * on["end.json"]
+
+
 @pytest.mark.parametrize(
     "argv,msg",
     [
@@ -101,6 +123,7 @@ def test_cli_modelled_link(tmp_path, capsys):
         ([str(GPT2), "--H", "0"], "--H must be >= 1"),
         ([str(GPT2), "--workers", "4"], "go together"),
         ([str(GPT2), "--workers", "4", "--gbps", "1"], "no nbytes.json"),
+        ([str(GPT2), "--authors-model", "--overlap-forward"], "cannot plan for --overlap-forward"),
     ],
 )
 def test_cli_bad_input(argv, msg, tmp_path, capsys):

@@ -115,3 +115,63 @@ def test_dfs_hand_example():
     w, cuts = dfs_cuts(np.array([1.0, 2.0, 3.0]), np.array([4.0, 1.0, 2.0]), 2)
     assert (w, cuts) == (2.0, [0, 2, 3])
     assert optimal_cuts(np.array([1.0, 2.0, 3.0]), np.array([4.0, 1.0, 2.0]), 2)[0] == 2.0
+
+
+# With overlap_forward each average is due at its unit's next forward pre-hook, ``slack`` after
+# the end of backward; slack shrinks toward the input side (those units run first in forward).
+def overlap_wait(bp, comm, slack, members):
+    """Event-by-event reference with per-unit deadlines: walk the units in forward order (input side
+    first), wait at each one's pre-hook for its average, shifting every later pre-hook by the wait."""
+    clock, ready = 0.0, {}
+    for i, t in enumerate(bp):
+        clock += t
+        ready[i] = clock
+    link, finish = 0.0, {}
+    for i in sorted(members):
+        link = max(link, ready[i]) + comm[i]
+        finish[i] = link
+    waited = 0.0
+    for i in sorted(finish, reverse=True):  # forward order
+        if comm[i] > 0:
+            waited = max(waited, finish[i] - (clock + slack[i]))
+    return waited
+
+
+overlap_instances = st.integers(1, 7).flatmap(
+    lambda L: st.tuples(st.lists(times, min_size=L, max_size=L), st.lists(times, min_size=L, max_size=L),
+                        st.lists(times, min_size=L, max_size=L), st.integers(1, 4)))
+
+
+def as_slack(fwd):
+    """step 0.5, then the forward of the units before each one in forward order."""
+    fwd = np.array(fwd)
+    return 0.5 + np.cumsum(fwd[::-1])[::-1] - fwd
+
+
+@settings(max_examples=100, deadline=None)
+@given(overlap_instances)
+def test_overlap_run_costs_dfs_and_optimum_against_brute_force(inst):
+    bp, comm, fwd, H = inst
+    slack = as_slack(fwd)
+    C = run_costs(np.array(bp), np.array(comm), slack)
+    for s in range(len(bp)):
+        for e in range(s + 1, len(bp) + 1):
+            assert C[s, e] == pytest.approx(overlap_wait(bp, comm, slack, range(s, e)), abs=1e-9)
+    L = len(bp)
+    best = min(sum(overlap_wait(bp, comm, slack, range(c[g], c[g + 1])) for g in range(H))
+               for inner in itertools.combinations_with_replacement(range(L + 1), H - 1) for c in [(0, *inner, L)])
+    w_opt, cuts = optimal_cuts(np.array(bp), np.array(comm), H, slack)
+    assert w_opt == pytest.approx(best, abs=1e-9)
+    assert sum(overlap_wait(bp, comm, slack, range(cuts[g], cuts[g + 1])) for g in range(H)) == pytest.approx(w_opt, abs=1e-9)
+    w_dfs, cuts = dfs_cuts(np.array(bp), np.array(comm), H, slack)
+    assert w_dfs >= w_opt - 1e-9  # the paper's search on the overlap model: never below the optimum
+    assert sum(overlap_wait(bp, comm, slack, range(cuts[g], cuts[g + 1])) for g in range(H)) == pytest.approx(w_dfs, abs=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances)
+def test_zero_slack_is_the_papers_model_bit_for_bit(inst):
+    bp, comm, H = inst
+    bp, comm = np.array(bp), np.array(comm)
+    assert dfs_cuts(bp, comm, H, np.zeros(len(bp))) == dfs_cuts(bp, comm, H)
+    assert optimal_cuts(bp, comm, H, np.zeros(len(bp))) == optimal_cuts(bp, comm, H)

@@ -50,7 +50,8 @@ class DreamDDPConfig(AlgoConfig):
     bubble_fill: bool = True
     # Do not wait for parameter averages at the end of backward; each in-flight unit's
     # update is applied when its average lands, at the latest in the unit's next forward
-    # pre-hook (same numerics as plain dreamddp; our extension, dreamddp_overlap.py).
+    # pre-hook (same numerics as plain dreamddp; our extension, dreamddp_overlap.py).  The
+    # contiguous schedulers then plan with each average due there (schedule/make.py).
     overlap_forward: bool = False
     # 0: the paper's DreamDDP.  d >= 1: a collective the link cannot finish in place is
     # launched after the step on a copy of its parameters and merged at the end of
@@ -115,8 +116,8 @@ class DreamDDP(DelayedMerge, PartialParamSync):
         if cfg.schedule:
             return cls.prepare(cfg, None)
         H, names = cfg.H, profile.units
-        schedule, collectives = make_plan(profile, H, cfg.scheduler, cfg.bubble_fill, alpha)
-        source = f"profiled ({cfg.scheduler})"
+        schedule, collectives = make_plan(profile, H, cfg.scheduler, cfg.bubble_fill, alpha, cfg.overlap_forward)
+        source = f"profiled ({cfg.scheduler}{', for overlap_forward' if cfg.overlap_forward else ''})"
         if not cfg.merge_delay:
             return {"schedule": {**cls.setup_from_schedule(H, schedule, collectives)["schedule"], "source": source}}
         window = schedule_groups(profile, H, schedule)

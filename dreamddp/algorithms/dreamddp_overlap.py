@@ -25,6 +25,9 @@ the only extra state is that S_h's gradients live until the next forward.
 What it hides: the link is FIFO and input-side units launch last but run
 first in forward, so the gain is bounded by the optimizer step of the unsynced
 units plus the forward of every unit before the first one still in flight.
+The scheduler plans for it (``make_plan(overlap=True)``): each average due at
+its unit's forward pre-hook, not at the end of backward, so a window can sync
+more of the input side in one iteration than the paper's model allows.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ link; the exposed wait is ``max(0, last finish - ready[-1])``.  The link is
 empty at the start of every iteration (the step waits for it), so the cost of
 an iteration depends only on the set of units it syncs.
 
+With ``algo.overlap_forward`` a unit's average is due at its next forward
+pre-hook instead (``forward_slack`` after the end of backward, the link still
+empty before the next backward), and the wait is the run's worst lateness.
+
 For a contiguous run s..e-1 the FIFO finish has a closed form,
 ``finish = P[e] + max_{s<=k<e} (ready[k] - P[k])`` with ``P`` the prefix sum of
 comm times, which lets one numpy running maximum price every run starting at s.
@@ -43,26 +47,45 @@ def exposed_wait(bp: np.ndarray, comm: np.ndarray, idx: Iterable[int]) -> float:
     return max(0.0, fifo_finish(ready, comm, idx) - end)
 
 
-def run_costs(bp: np.ndarray, comm: np.ndarray) -> np.ndarray:
-    """``C[s, e]`` = exposed wait of an iteration syncing the run s..e-1 (e > s)."""
-    ready = np.cumsum(bp)
-    return deadline_run_costs(ready, comm, np.full(len(bp), float(ready[-1]) if len(bp) else 0.0))
+def run_costs(bp: np.ndarray, comm: np.ndarray, slack: np.ndarray | None = None) -> np.ndarray:
+    """``C[s, e]`` = exposed wait of an iteration syncing the run s..e-1 (e > s); ``slack``:
+    how long after the end of backward each unit's average is due (None: at the end)."""
+    return deadline_run_costs(np.cumsum(bp), comm, deadlines(bp, slack))
 
 
 def deadline_run_costs(ready: np.ndarray, comm: np.ndarray, deadline: np.ndarray) -> np.ndarray:
     """``C[s, e]`` = exposed wait of an iteration syncing the run s..e-1 when unit k must have
     arrived by ``deadline[k]``: the end of backward for every unit (``run_costs``), or, with the
-    averages finishing behind the next forward, the unit's own forward pre-hook.  A wait shifts
-    every later deadline with it, so the run waits its worst lateness, ``max_k finish_k -
-    deadline_k`` (a unit with nothing to send "finishes" when the link reaches it, never late)."""
+    averages finishing behind the next forward, the unit's own forward pre-hook
+    (``forward_slack``).  A wait shifts every later deadline with it, so the run waits its
+    worst lateness, ``max_k finish_k - deadline_k`` over the units with something to send."""
     L = len(ready)
     P = np.concatenate(([0.0], np.cumsum(comm)))
     slack = ready - P[:-1]
+    sends = np.asarray(comm) > 0
     C = np.zeros((L + 1, L + 1))
     for s in range(L):
         finish = P[s + 1 :] + np.maximum.accumulate(slack[s:])
-        C[s, s + 1 :] = np.maximum(0.0, np.maximum.accumulate(finish - deadline[s:]))
+        late = np.where(sends[s:], finish - deadline[s:], 0.0)
+        C[s, s + 1 :] = np.maximum(0.0, np.maximum.accumulate(late))
     return C
+
+
+def forward_slack(profile: Profile) -> np.ndarray:
+    """Seconds from the end of backward to each unit's next forward pre-hook (backward order):
+    the step, the forward of what is not a unit (it runs first), and the units before it in
+    forward order (the input side first).  Where a unit's average is due with
+    ``algo.overlap_forward``."""
+    fwd = np.array([profile.fwd.get(u, 0.0) for u in profile.units], dtype=float)
+    rest = max(0.0, float(sum(profile.fwd.values())) - float(fwd.sum()))
+    before = np.cumsum(fwd[::-1])[::-1] - fwd  # the units of higher index run first in forward
+    return profile.step_time + rest + before
+
+
+def deadlines(bp: np.ndarray, slack: np.ndarray | None) -> np.ndarray:
+    """Each unit's deadline from the start of backward: the end of backward, plus ``slack``."""
+    end = float(np.cumsum(bp)[-1]) if len(bp) else 0.0  # as ``ready[-1]``, to the last bit
+    return np.full(len(bp), end) if slack is None else end + np.asarray(slack, dtype=float)
 
 
 def groups(profile: Profile, H: int, schedule: dict[str, list[int]]) -> list[list[int]]:

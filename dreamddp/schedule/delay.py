@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from dreamddp.engine.plan import Payload, Plan, SyncOp, When
-from dreamddp.schedule.cost import Run, arrays
+from dreamddp.schedule.cost import Run, arrays, forward_slack
 from dreamddp.schedule.profile import Profile
 from dreamddp.schedule.schedule_file import late_part, late_run, resyncs
 from dreamddp.schedule.simulator import Compute, Skew, simulate_plan
@@ -106,10 +106,10 @@ def split_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, a
     end = F + float(bp.sum())
     step = profile.step_time
     # With overlap_forward an in-place run must land before its input-side unit's next forward.
-    before_unit = F - fwd.sum() + np.concatenate((np.cumsum(fwd[::-1])[::-1][1:], [0.0]))
+    slack = forward_slack(profile)
 
     def deadline(run: Run) -> float:
-        return end + step + float(before_unit[run[1]]) if overlap_forward else end
+        return end + float(slack[run[1]]) if overlap_forward else end
 
     carry = 0.0  # link busy this long into the iteration (earlier iterations' late traffic)
     delayed: list[list[Run]] = [[] for _ in range(H)]

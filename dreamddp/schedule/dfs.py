@@ -28,18 +28,21 @@ import sys
 
 import numpy as np
 
-from dreamddp.schedule.cost import arrays, runs_to_schedule
+from dreamddp.schedule.cost import arrays, deadlines, forward_slack, runs_to_schedule
 from dreamddp.schedule.profile import Profile
 
 
-def dfs_cuts(bp: np.ndarray, comm: np.ndarray, H: int) -> tuple[float, list[int]]:
-    """(total wait, run boundaries [0, c1, ..., L]) found by the search."""
+def dfs_cuts(bp: np.ndarray, comm: np.ndarray, H: int, slack: np.ndarray | None = None) -> tuple[float, list[int]]:
+    """(total wait, run boundaries [0, c1, ..., L]) found by the search.  ``slack``: how long
+    after the end of backward each unit's average is due (``cost.forward_slack`` with
+    overlap_forward; None: at the end of backward, the paper's model); "hidden" then means
+    "arrived by its deadline", and a run waits its worst lateness."""
     if H < 1:
         raise ValueError(f"H must be >= 1, got {H}")
     L = len(bp)
     ready = np.cumsum(bp).tolist()
     comm_l = comm.tolist()
-    end = ready[-1] if L else 0.0
+    due = deadlines(bp, slack).tolist()
     memo: dict[tuple[int, int], tuple[float, int]] = {}  # (s, g) -> (cost, next start)
 
     def best(s: int, g: int) -> float:
@@ -50,10 +53,13 @@ def dfs_cuts(bp: np.ndarray, comm: np.ndarray, H: int) -> tuple[float, list[int]
             return memo[key][0]
         t = 0.0
         if g == H - 1:  # the last iteration takes what is left
+            late = 0.0
             for i in range(s, L):
                 t = max(t, ready[i]) + comm_l[i]
-            memo[key] = (max(0.0, t - end), L)
-            return memo[key][0]
+                if comm_l[i] > 0:
+                    late = max(late, t - due[i])
+            memo[key] = (late, L)
+            return late
         cap = max(L - (H - 1 - g), s + 1)  # leave one unit for every later iteration
         result = (0.0, L)
         for i in range(s, L):
@@ -61,8 +67,8 @@ def dfs_cuts(bp: np.ndarray, comm: np.ndarray, H: int) -> tuple[float, list[int]
                 result = (best(i, g + 1), i)
                 break
             t = max(t, ready[i]) + comm_l[i]
-            if t > end:
-                take = t - end + best(i + 1, g + 1)
+            if comm_l[i] > 0 and t > due[i]:
+                take = t - due[i] + best(i + 1, g + 1)
                 if i == s:
                     result = (take, i + 1)
                 else:
@@ -85,7 +91,8 @@ def dfs_cuts(bp: np.ndarray, comm: np.ndarray, H: int) -> tuple[float, list[int]
     return float(total), cuts
 
 
-def dreamddp(profile: Profile, H: int) -> dict[str, list[int]]:
-    """Schedule unit -> [iteration] found by the DFS (no bubble filling)."""
+def dreamddp(profile: Profile, H: int, overlap: bool = False) -> dict[str, list[int]]:
+    """Schedule unit -> [iteration] found by the DFS (no bubble filling); ``overlap``: with
+    each average due at its unit's next forward (``algo.overlap_forward``)."""
     bp, comm = arrays(profile)
-    return runs_to_schedule(profile.units, dfs_cuts(bp, comm, H)[1])
+    return runs_to_schedule(profile.units, dfs_cuts(bp, comm, H, forward_slack(profile) if overlap else None)[1])

@@ -7,6 +7,13 @@ each unit's all-reduce launched at its gradient, wait = drain - end of backward)
   run of consecutive units, one collective per unit), then bubble filling;
 - ``optimal``: the exact optimum over contiguous splits (same model), then
   bubble filling;
+- both, with ``overlap`` (``algo.overlap_forward``): the same search with each
+  average due at its unit's next forward pre-hook instead of the end of
+  backward (``cost.forward_slack``), the wait the run's worst lateness: the
+  paper's model would plan for waits the run does not have (bubble filling
+  never lets a drain pass the end of backward or the members' own, so it
+  adds no wait under either model; the general scheduler plans with the
+  waits at the end of backward, overlap or not);
 - ``general``: GENERAL assignments (any subset per iteration) and their
   grouping into collectives, under the alpha-beta model where every collective
   pays ``alpha`` (general.py); never worse than the contiguous optimum;
@@ -38,8 +45,10 @@ def enp(units: list[str], H: int) -> dict[str, list[int]]:
 
 
 def make_plan(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: bool = True,
-              alpha: float = 0.0) -> tuple[dict[str, list[int]], Runs | None]:
-    """(unit -> iterations, collectives per iteration or None for one collective per unit)."""
+              alpha: float = 0.0, overlap: bool = False) -> tuple[dict[str, list[int]], Runs | None]:
+    """(unit -> iterations, collectives per iteration or None for one collective per unit).
+    ``overlap``: the run overlaps the averages with the next forward (``algo.overlap_forward``),
+    so the contiguous schedulers plan with each average due at its unit's forward pre-hook."""
     if not isinstance(H, int) or H < 1:
         raise ValueError(f"H must be an integer >= 1, got {H!r}")
     if scheduler == "enp":
@@ -49,15 +58,15 @@ def make_plan(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: boo
         bandwidth = {u: max(t - alpha, 1e-12) if t > 0 else 0.0 for u, t in profile.comm.items()}
         return general(replace(profile, comm=bandwidth), H, alpha)
     if scheduler == "dreamddp":
-        schedule = dreamddp(profile, H)
+        schedule = dreamddp(profile, H, overlap)
     elif scheduler == "optimal":
-        schedule = optimal(profile, H)
+        schedule = optimal(profile, H, overlap)
     else:
         raise ValueError(f"scheduler: unknown {scheduler!r} (expected one of {', '.join(SCHEDULERS)})")
     return (bubble_fill(profile, H, schedule) if bubble else schedule), None
 
 
 def make_schedule(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: bool = True,
-                  alpha: float = 0.0) -> dict[str, list[int]]:
+                  alpha: float = 0.0, overlap: bool = False) -> dict[str, list[int]]:
     """The unit -> iterations part of ``make_plan``."""
-    return make_plan(profile, H, scheduler, bubble, alpha)[0]
+    return make_plan(profile, H, scheduler, bubble, alpha, overlap)[0]

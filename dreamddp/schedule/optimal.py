@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from dreamddp.schedule.cost import arrays, run_costs, runs_to_schedule
+from dreamddp.schedule.cost import arrays, forward_slack, run_costs, runs_to_schedule
 from dreamddp.schedule.profile import Profile
 
 
-def optimal_cuts(bp: np.ndarray, comm: np.ndarray, H: int) -> tuple[float, list[int]]:
-    """(least total wait, run boundaries [0, c1, ..., L]) for H iterations."""
+def optimal_cuts(bp: np.ndarray, comm: np.ndarray, H: int, slack: np.ndarray | None = None) -> tuple[float, list[int]]:
+    """(least total wait, run boundaries [0, c1, ..., L]) for H iterations; ``slack``: how long
+    after the end of backward each unit's average is due (``cost.run_costs``)."""
     if H < 1:
         raise ValueError(f"H must be >= 1, got {H}")
-    return contiguous_split(run_costs(bp, comm), H)
+    return contiguous_split(run_costs(bp, comm, slack), H)
 
 
 def contiguous_split(C: np.ndarray, H: int) -> tuple[float, list[int]]:
@@ -55,7 +56,8 @@ def best_splits(C: np.ndarray, H: int) -> tuple[float, list[int]]:
     return float(F[L]), cuts[::-1]
 
 
-def optimal(profile: Profile, H: int) -> dict[str, list[int]]:
-    """Schedule unit -> [iteration] with the least total exposed wait."""
+def optimal(profile: Profile, H: int, overlap: bool = False) -> dict[str, list[int]]:
+    """Schedule unit -> [iteration] with the least total exposed wait; ``overlap``: with each
+    average due at its unit's next forward (``algo.overlap_forward``)."""
     bp, comm = arrays(profile)
-    return runs_to_schedule(profile.units, optimal_cuts(bp, comm, H)[1])
+    return runs_to_schedule(profile.units, optimal_cuts(bp, comm, H, forward_slack(profile) if overlap else None)[1])
