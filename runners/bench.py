@@ -3,8 +3,8 @@
 Per repetition and model, one job (runners/bench_worker.py under torchrun,
 ``--nproc`` workers, one per core by default) runs a calibration segment, then
 every segment below in one process group, interleaved one H-window at a time,
-in an order rotated by one per repetition and per round (DreamDDP's overlap
-variant is set up right after DreamDDP, whose schedule it reuses).  Emulated
+in an order rotated by one per repetition and per round (a segment that
+reuses another's schedule is set up right after it).  Emulated
 segments share one link whose all-reduce of all parameters takes ``--ratio``
 x the steady-state backward pass; the engine-overhead segments run on the
 ideal link.  The first repetition also measures peak tensor memory per
@@ -190,6 +190,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--models {unknown[0]}: no {args.preset} preset (have {', '.join(MODELS[args.preset])})")
     if args.quick:
         args.nproc, args.iterations, args.calibration_iterations, args.profile_iterations = 2, 12, 6, 2
+    needs = {s["label"]: s["schedule_from"] for s in segments(1.0) if s.get("schedule_from")}
+    orphan = [label for label in args.only or () if label in needs and needs[label] not in args.only]
+    if orphan:
+        p.error(f"--only {orphan[0]}: runs on {needs[orphan[0]]}'s schedule, so name {needs[orphan[0]]} too")
     if args.only and not set(args.only) & set(COMPUTE_ONLY):
         # bounds and predictions are made from the compute-only runs' steady state
         print(f"bench: --only without {' or '.join(COMPUTE_ONLY)}: the report will have no bounds or predictions",

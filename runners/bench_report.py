@@ -356,8 +356,9 @@ _READING = """## How to read it
   timed runs, so every run reaches it (dreamddp/results/target.py).
 - dreamddp+overlap runs DreamDDP with the averages finishing behind the next forward
   (`algo.overlap_forward=true`; its record's `extra.schedule.source` says "for overlap_forward"
-  where the schedule was planned for that, and not in records made before the scheduler was,
-  whose schedule was planned for the end of backward);
+  where the schedule was planned for that; records made before the scheduler was ran
+  DreamDDP's schedule, planned for the end of backward, as the opt-in
+  dreamddp+overlap+same-schedule does);
   dreamddp+general profiles and schedules with `algo.scheduler=general`; dreamddp+delay with
   `algo.merge_delay=1`.
 """

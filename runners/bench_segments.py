@@ -20,7 +20,11 @@ def segments(bucket_mb: float) -> list[dict]:
         seg("plsgd_enp", ["algo=plsgd_enp"]),
         seg("streaming_diloco", ["algo=streaming_diloco"]),
         seg("dreamddp", ["algo=dreamddp"]),
-        seg("dreamddp+overlap", ["algo=dreamddp", "algo.overlap_forward=true"], schedule_from="dreamddp"),
+        # opt-in: overlap_forward on DreamDDP's own schedule, planned for the end of backward (what
+        # dreamddp+overlap ran before the scheduler planned for its deadlines): the plan's share
+        seg("dreamddp+overlap+same-schedule", ["algo=dreamddp", "algo.overlap_forward=true"],
+            schedule_from="dreamddp", opt_in=True),
+        seg("dreamddp+overlap", ["algo=dreamddp", "algo.overlap_forward=true"]),
         seg("dreamddp+general", ["algo=dreamddp", "algo.scheduler=general"]),
         seg("dreamddp+delay", ["algo=dreamddp", "algo.merge_delay=1"]),
         # opt-in (--only names it): the delayed merge with its real collectives started at launch,

@@ -72,3 +72,16 @@ def test_an_opt_in_segment_runs_only_when_named(runners):
                            "gpt2", 0, "out")["segments"]
     assert sorted(s["label"] for s in named) == ["dreamddp+delay+eager", "flsgd"]
     assert "bandwidth.carrier=eager" in next(s for s in named if s["label"] == "dreamddp+delay+eager")["overrides"]
+
+
+def test_a_segment_on_another_schedule_needs_it_and_runs_right_after_it(runners, capsys):
+    _, bench = runners
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--only", "dreamddp+overlap+same-schedule", "nosync@ideal"])
+    assert "name dreamddp too" in capsys.readouterr().err
+    args = bench.parse_args(["--only", "dreamddp+overlap+same-schedule", "dreamddp", "dreamddp+overlap", "nosync@ideal"])
+    for rep in range(4):  # every rotation keeps it behind the run whose schedule.json it reads
+        seg = [s["label"] for s in bench.job_spec(args, "gpt2", rep, "out")["segments"]]
+        assert seg[seg.index("dreamddp") + 1] == "dreamddp+overlap+same-schedule"
+    same = next(s for s in bench.job_spec(args, "gpt2", 0, "out")["segments"] if s["label"].endswith("same-schedule"))
+    assert same["schedule_from"] == "dreamddp" and "algo.overlap_forward=true" in same["overrides"]
