@@ -61,11 +61,11 @@ def deadline_run_costs(ready: np.ndarray, comm: np.ndarray, deadline: np.ndarray
     worst lateness, ``max_k finish_k - deadline_k`` over the units with something to send."""
     L = len(ready)
     P = np.concatenate(([0.0], np.cumsum(comm)))
-    slack = ready - P[:-1]
+    lead = ready - P[:-1]
     sends = np.asarray(comm) > 0
     C = np.zeros((L + 1, L + 1))
     for s in range(L):
-        finish = P[s + 1 :] + np.maximum.accumulate(slack[s:])
+        finish = P[s + 1 :] + np.maximum.accumulate(lead[s:])
         late = np.where(sends[s:], finish - deadline[s:], 0.0)
         C[s, s + 1 :] = np.maximum(0.0, np.maximum.accumulate(late))
     return C
