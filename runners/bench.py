@@ -41,7 +41,7 @@ from pathlib import Path
 
 import bench_report
 from bench_predict import COMPUTE_ONLY
-from bench_segments import OPT_IN, segments
+from bench_segments import OPT_IN, SCHEDULE_FROM, segments
 
 from dreamddp.atomic import write_json
 
@@ -190,10 +190,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--models {unknown[0]}: no {args.preset} preset (have {', '.join(MODELS[args.preset])})")
     if args.quick:
         args.nproc, args.iterations, args.calibration_iterations, args.profile_iterations = 2, 12, 6, 2
-    needs = {s["label"]: s["schedule_from"] for s in segments(1.0) if s.get("schedule_from")}
-    orphan = [label for label in args.only or () if label in needs and needs[label] not in args.only]
+    orphan = [label for label in args.only or () if SCHEDULE_FROM.get(label, label) not in args.only]
     if orphan:
-        p.error(f"--only {orphan[0]}: runs on {needs[orphan[0]]}'s schedule, so name {needs[orphan[0]]} too")
+        source = SCHEDULE_FROM[orphan[0]]
+        p.error(f"--only {orphan[0]}: runs on {source}'s schedule, so name {source} too")
     if args.only and not set(args.only) & set(COMPUTE_ONLY):
         # bounds and predictions are made from the compute-only runs' steady state
         print(f"bench: --only without {' or '.join(COMPUTE_ONLY)}: the report will have no bounds or predictions",

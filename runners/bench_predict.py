@@ -49,10 +49,10 @@ import numpy as np
 
 from dreamddp.prediction import record_carrier, record_link, simulate_record, skew_of
 from dreamddp.run.summary import warmup_cut
-from dreamddp.schedule.cost import arrays, deadline_run_costs, forward_slack
+from dreamddp.schedule.cost import arrays, forward_slack
 from dreamddp.schedule.delay import late_room
 from dreamddp.schedule.general import hiding_bound
-from dreamddp.schedule.optimal import contiguous_split
+from dreamddp.schedule.optimal import optimal_cuts
 from dreamddp.schedule.profile import Profile, load_profile, scaled
 
 REFERENCE = "dreamddp"  # the segment whose start-up profile gives the per-unit shares
@@ -197,13 +197,14 @@ def structure_bound(label: str, rec: dict, profile: Profile, any_assignment: boo
     fwd = sum(profile.fwd.values())
     ready = fwd + np.cumsum(bp)
     end = np.full(len(bp), fwd + float(bp.sum()))
-    if algo.get("overlap_forward"):  # until the unit's next forward pre-hook
-        end = end + forward_slack(profile)
+    slack = forward_slack(profile) if algo.get("overlap_forward") else None  # until the unit's next forward
+    if slack is not None:
+        end = end + slack
     synced = comm > 0
     overrun = np.maximum(0.0, comm - (end - ready))  # in place, alone on the link (hiding_bound's terms)
     delay = int(algo.get("merge_delay") or 0)
     if not delay and algo.get("scheduler", "dreamddp") in CONTIGUOUS and not any_assignment:
-        return compute + contiguous_split(deadline_run_costs(ready, comm, end), H)[0] / H
+        return compute + optimal_cuts(bp, comm, H, slack)[0] / H
     if not delay:
         return compute + hiding_bound(ready[synced], comm[synced], end[synced]) / H
     # merged late: from after the step to the end of backward d iterations later, alone on the link,

@@ -51,3 +51,4 @@ _ALL = segments(1.0)  # the labels and their kinds; the bucket size does not cha
 TIMED = [s["label"] for s in _ALL if s["link"] == "emulated"]
 IDEAL = [s["label"] for s in _ALL if s["link"] == "ideal"]
 OPT_IN = {s["label"] for s in _ALL if s.get("opt_in")}
+SCHEDULE_FROM = {s["label"]: s["schedule_from"] for s in _ALL if s.get("schedule_from")}  # runs on that one's schedule

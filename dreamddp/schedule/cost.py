@@ -48,18 +48,13 @@ def exposed_wait(bp: np.ndarray, comm: np.ndarray, idx: Iterable[int]) -> float:
 
 
 def run_costs(bp: np.ndarray, comm: np.ndarray, slack: np.ndarray | None = None) -> np.ndarray:
-    """``C[s, e]`` = exposed wait of an iteration syncing the run s..e-1 (e > s); ``slack``:
-    how long after the end of backward each unit's average is due (None: at the end)."""
-    return deadline_run_costs(np.cumsum(bp), comm, deadlines(bp, slack))
-
-
-def deadline_run_costs(ready: np.ndarray, comm: np.ndarray, deadline: np.ndarray) -> np.ndarray:
-    """``C[s, e]`` = exposed wait of an iteration syncing the run s..e-1 when unit k must have
-    arrived by ``deadline[k]``: the end of backward for every unit (``run_costs``), or, with the
-    averages finishing behind the next forward, the unit's own forward pre-hook
-    (``forward_slack``).  A wait shifts every later deadline with it, so the run waits its
-    worst lateness, ``max_k finish_k - deadline_k`` over the units with something to send."""
-    L = len(ready)
+    """``C[s, e]`` = exposed wait of an iteration syncing the run s..e-1 (e > s).  ``slack``: how
+    long after the end of backward each unit's average is due (None: at the end; with
+    ``algo.overlap_forward``, ``forward_slack``).  A wait shifts every later deadline with it, so
+    the run waits its worst lateness, ``max_k finish_k - deadline_k`` over the units with
+    something to send."""
+    L = len(bp)
+    ready, deadline = np.cumsum(bp), deadlines(bp, slack)
     P = np.concatenate(([0.0], np.cumsum(comm)))
     lead = ready - P[:-1]
     sends = np.asarray(comm) > 0

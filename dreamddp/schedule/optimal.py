@@ -23,17 +23,11 @@ def optimal_cuts(bp: np.ndarray, comm: np.ndarray, H: int, slack: np.ndarray | N
     after the end of backward each unit's average is due (``cost.run_costs``)."""
     if H < 1:
         raise ValueError(f"H must be >= 1, got {H}")
-    return contiguous_split(run_costs(bp, comm, slack), H)
-
-
-def contiguous_split(C: np.ndarray, H: int) -> tuple[float, list[int]]:
-    """The least-wait split of units 0..L-1 into H contiguous runs, ``C[s, e]`` the wait of an
-    iteration syncing the run s..e-1 (``cost.run_costs`` or ``cost.deadline_run_costs``)."""
-    L = C.shape[0] - 1
+    L = len(bp)
+    C = run_costs(bp, comm, slack)
     if L < H:
         cuts = list(range(L + 1)) + [L] * (H - L)
         return float(sum(C[i, i + 1] for i in range(L))), cuts
-    C = C.copy()
     C[np.tril_indices(L + 1)] = np.inf  # runs s..e-1 need s < e
     return best_splits(C, H)
 
