@@ -8,7 +8,8 @@
 #      ResNet-50 run side by side (every algorithm, Llama's memory), then GPT-2 and ResNet-18
 #      repetitions 2 and 3;  5. DDP against ASC-WFBP on the ideal link;  6. one worker alone on
 #      the GPU: nosync against plain;  7. the engine's own cost by phase (runners/engine_phases.py,
-#      one process, no data pipeline) on the paper ResNet-18, ResNet-50 and GPT-2.
+#      one process, no data pipeline) on the paper ResNet-18, ResNet-50 and GPT-2;  8. overlap_forward's
+#      own plan against DreamDDP's schedule under overlap, GPT-2, one iteration per turn.
 # Run from the repository root after runners/gpu_pack.sh, on the device:
 #   OUT=/some/dir BUDGET_S=520 runners/gpu_run.sh
 # Results: $OUT/summary.txt, $OUT/env.txt, $OUT/cuda_tests.log, $OUT/gpu.tgz (run records,
@@ -36,10 +37,11 @@ fi
 # STEPS: the groups to run, in the order given (default all): tests profiles timed (GPT-2)
 # other (Llama-2 at once beside ResNet-50) reps (repetitions 2 and 3) ddp (DDP against ASC-WFBP
 # and S-SGD) single (one worker: the engine's overhead on an unshared GPU) phases (the engine's
-# cost by phase, one process); the word resnet adds the ResNets to timed, other and reps.
+# cost by phase, one process) overlap (overlap_forward's own plan against DreamDDP's); the word
+# resnet adds the ResNets to timed, other and reps.
 # RESUME=1 keeps $WORK, so a second call on the same warm machine finishes the repetitions a
 # first call's deadline cut.
-STEPS=" ${STEPS:-tests profiles timed resnet other reps ddp single phases} "
+STEPS=" ${STEPS:-tests profiles timed resnet other reps ddp single phases overlap} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 
 step() {  # step NAME CAP_S CMD...: runs CMD under min(CAP_S, time left), logs to $W/NAME.log
@@ -135,6 +137,15 @@ group_phases() {
     step "phases_${i}_$1" 120 $PY runners/engine_phases.py --model "$@" --size $SIZE --device $DEV \
       --iterations $PHASE_ITERS --out "$OUT/engine_phases.md"
   done
+}
+
+# overlap_forward planned for its own deadlines against the same algorithm run on DreamDDP's
+# schedule (planned for the end of backward), DreamDDP beside them; one iteration of each per turn
+# of the interleaving, where the CPU's window-by-window turns could not resolve the modelled 2-6%
+# (results/bench_overlap_plan_chunk1), and the compute-only runs for the bounds; OVERLAP_REPS repetitions (default 5)
+group_overlap() {
+  bench gpt2_overlap_plan gpt2 "${OVERLAP_REPS:-5}" $ITERS --chunk 1 --no-memory \
+    --only dreamddp dreamddp+overlap+same-schedule dreamddp+overlap nosync@ideal plain@ideal "${SET[@]}" $ONE
 }
 
 for g in $STEPS; do

@@ -4,7 +4,7 @@
 
 Reads the reports' bench.csv (medians over repetitions, made by runners/bench_report.py)
 of every ``<gpu>/bench/<name>/`` (H200, runs 1-3), ``<gpu>/h100/<name>/`` (H100, run 4) and
-``<gpu>/h200/<name>/`` (H200, run 5) and of the CPU
+``<gpu>/h200/<name>/`` (H200, run 5), ``<gpu>/h200_run6/<name>/`` (H200, run 6) and of the CPU
 ``make bench``, and the run records (memory segments, the engine-overhead pairs); writes
 ``<gpu>/side_by_side.md``.
 """
@@ -45,7 +45,7 @@ def memory(jobs: list[dict], model: str) -> dict[str, float]:
 
 
 # results/gpu's benchmark folders, one per machine lent (runs 1-3 with the link reserved at the host's launch)
-DEVICES = (("H200 runs 1-3", "bench"), ("H100 run 4", "h100"), ("H200 run 5", "h200"))
+DEVICES = (("H200 runs 1-3", "bench"), ("H100 run 4", "h100"), ("H200 run 5", "h200"), ("H200 run 6", "h200_run6"))
 OVERHEAD_COLUMNS = tuple(bench_overhead.overhead_key(a, b) for a, b in bench_overhead.OVERHEAD)
 
 
@@ -73,7 +73,8 @@ def main(argv=None) -> int:
     lines = ["# The algorithms side by side: one GPU shared by 2 workers, next to the CPU and the paper", "",
              "Each ratio is an algorithm's mean iteration time over DreamDDP's in the same job (median over the "
              "job's repetitions), comm/backward 7, H=10. GPU: results/gpu/bench/<model>/ (H200, runs 1-3), "
-             "results/gpu/h100/<model>/ (H100, run 4) and results/gpu/h200/<model>/ (H200, run 5), TF32, "
+             "results/gpu/h100/<model>/ (H100, run 4), results/gpu/h200/<model>/ (H200, run 5) and "
+             "results/gpu/h200_run6/<name>/ (H200, run 6), TF32, "
              "paper sizes; "
              "CPU: results/bench/ (`make bench`, model.size=compute, 2 workers on 2 cores); paper: the authors' "
              "cost model on their A6000 profiles with the paper's 32-GPU multipliers. *bound / measured*: the "
