@@ -18,15 +18,17 @@ step; after step) is timed with the device clock the trainer uses (on CUDA a
 synchronisation at each boundary, as the trainer's stamps).  Prints each
 phase's median per engine and their difference, and checks that both
 replicas trained to the same parameters, bitwise (the comparison is like for
-like).
+like; on CUDA only with ``--deterministic`` kernels, else it prints the largest difference).
 
     python runners/engine_phases.py --model resnet50 --size paper --device cuda
+    python runners/engine_phases.py --model resnet18 --size paper --device cuda --deterministic
     python runners/engine_phases.py --algo dreamddp --set overlap_forward=true
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -167,9 +169,21 @@ def report(times: dict, warmup: int, label: str = "nosync") -> list[str]:
     return lines
 
 
-def same_line(algo: str, same: bool, largest: float, on_cuda: bool) -> str:
+def deterministic_kernels() -> None:
+    """CUDA kernels that repeat bitwise (cuBLAS's workspace fixed, cuDNN's choice fixed), so that
+    on CUDA too the two replicas must match; an op without a deterministic kernel warns."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read at cuBLAS's first use
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+
+
+def same_line(algo: str, same: bool, largest: float, on_cuda: bool, deterministic: bool = False) -> str:
     if algo in NOT_LOCAL_SGD:
         return f"Parameters not compared: {NOT_LOCAL_SGD[algo]}."
+    if on_cuda and deterministic:
+        return (f"Same parameters after training: {'yes' if same else 'NO'} (deterministic kernels; largest "
+                f"difference {largest:.2e} of a tensor's largest magnitude).")
     if on_cuda:
         # on an H200 the replicas of ResNet-18 and ResNet-50 came out not bitwise alike with nosync;
         # CUDA kernels (cuDNN's among them) need not repeat bitwise, so the difference is printed
@@ -193,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="its algo.* options, e.g. H=10")
     p.add_argument("--ratio", type=float, default=7.0, help="all-reduce / backward of the synthetic profile")
     p.add_argument("--out", help="append the section to this markdown file (a title first when it is new)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic CUDA kernels: the replicas must then match bitwise on CUDA too")
     args = p.parse_args(argv)
     overrides = {}
     for item in args.set:
@@ -203,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.iterations < 2 * args.chunk or args.chunk < 1:
         p.error("--iterations must be at least two chunks, --chunk at least 1")
     torch.set_num_threads(args.threads)
+    if args.deterministic:
+        deterministic_kernels()
     cfg = algorithm_config(args.algo, overrides)  # a bad --algo or --set stops here, before any model is built
     times = measure(args.model, args.size, args.device, args.iterations, args.chunk, args.batch, args.block,
                     cfg, args.ratio)
@@ -218,14 +236,15 @@ def main(argv: list[str] | None = None) -> int:
              + f", {args.iterations} iterations per engine in alternating chunks of {args.chunk} (the first chunk "
              "of each not counted); medians per phase.", "",
              *report(times, args.chunk, label), "",
-             same_line(args.algo, times["same_parameters"], times["largest_difference"], on_cuda), ""]
+             same_line(args.algo, times["same_parameters"], times["largest_difference"], on_cuda,
+                       args.deterministic), ""]
     print("\n".join(lines))
     if args.out:
         out = Path(args.out)
         title = [] if out.exists() else [TITLE, "", __doc__.split("\n\n")[1].replace("\n", " "), ""]
         with out.open("a") as f:
             f.write("\n".join(title + lines) + "\n")
-    checked = args.algo not in NOT_LOCAL_SGD and not on_cuda
+    checked = args.algo not in NOT_LOCAL_SGD and (args.deterministic or not on_cuda)
     return 1 if checked and not times["same_parameters"] else 0
 
 

@@ -128,7 +128,8 @@ group_single() {
 # (then the DreamDDP variants' own host-side work on ResNet-18, the shortest iteration)
 group_phases() {
   local spec i=0
-  for spec in "resnet18 --batch 128" "resnet50 --batch 128" "gpt2 --batch 4 --block $BLOCK" \
+  # (first: the aligned flat buffers against the bare model, bitwise, with deterministic kernels)
+  for spec in "resnet18 --batch 128 --deterministic" "resnet18 --batch 128" "resnet50 --batch 128" "gpt2 --batch 4 --block $BLOCK" \
       "resnet18 --batch 128 --algo dreamddp --set H=10" \
       "resnet18 --batch 128 --algo dreamddp --set H=10 overlap_forward=true" \
       "resnet18 --batch 128 --algo dreamddp --set H=10 merge_delay=1"; do

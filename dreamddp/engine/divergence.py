@@ -21,8 +21,9 @@ def divergence(flat: FlatModel, group=None) -> dict:
         dist.all_reduce(mean, group=group)
         mean.div_(world)
     sq = (mean - flat.params).float().pow_(2)
-    lengths = torch.tensor([u.numel for u in flat.units], device=sq.device)
-    per_unit = torch.segment_reduce(sq, "sum", lengths=lengths).sqrt_() / lengths.double().sqrt().to(sq.dtype)
+    spans = torch.tensor([b - a for a, b in zip(flat.offsets, flat.offsets[1:])], device=sq.device)  # padding: 0
+    numel = torch.tensor([u.numel for u in flat.units], device=sq.device)
+    per_unit = torch.segment_reduce(sq, "sum", lengths=spans).sqrt_() / numel.double().sqrt().to(sq.dtype)
     values = per_unit.tolist()
     return {
         "mean": sum(values) / len(values),

@@ -54,13 +54,14 @@ from dreamddp.engine.units import Unit
 
 
 class PartialSyncEngine:
-    def __init__(self, model: nn.Module, units: list[Unit], comm, algorithm, *, sample_every: int = 0):
+    def __init__(self, model: nn.Module, units: list[Unit], comm, algorithm, *, sample_every: int = 0,
+                 align_bytes: int | None = None):
         self.model = model
         self.units = units
         self.comm = comm
         self.algorithm = algorithm
-        self.flat = FlatModel(units)
-        self.layout = UnitLayout(tuple(u.name for u in units), tuple(u.nbytes for u in units),
+        self.flat = FlatModel(units, align_bytes)  # None: aligned as the device's own tensors are
+        self.layout = UnitLayout(tuple(u.name for u in units), self.flat.unit_nbytes,
                                  frozenset(n for n, _ in model.named_modules() if n), comm.world_size,
                                  self.flat.params.element_size())
         self.clock = clock_for(self.flat.params.device)  # device-synchronised stamps on CUDA

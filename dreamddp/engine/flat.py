@@ -6,6 +6,17 @@ consecutive units is then one contiguous slice: a bucket, a PLSGD group or a
 single unit is synchronised with ONE in-place collective on model memory.
 Moving the parameters happens once at set-up; the old storage is released, so
 steady-state memory is the model plus its gradients, as without the engine.
+
+On CUDA each parameter starts on a 512-byte boundary, as a tensor of its own
+from the caching allocator would: CUDA kernels pick vectorised paths (cuDNN its
+algorithms) by a pointer's alignment.  Packed, on an H200 with deterministic
+kernels, ResNet-18 behind the engine (60 of its 62 parameters 8 bytes off a
+16-byte boundary, after the head's 10-element bias) trained to parameters 3e-1
+away from the bare model's, where ResNet-50 (every size a multiple of 4) came
+out bitwise equal (results/gpu/README.md, run 6; the aligned layout has not
+run on a GPU yet).  The padding is zero in both buffers, so a collective over
+a run of units carries it unchanged; on the CPU, whose kernels gave the same
+bits packed, there is none.
 """
 
 from __future__ import annotations
@@ -15,28 +26,48 @@ import torch
 from dreamddp.engine.units import Unit, param_dtype
 
 
-class FlatModel:
-    """Owns the flat buffers and the unit -> slice map."""
+CUDA_ALIGN_BYTES = 512  # the CUDA caching allocator's block size: where a tensor of its own starts
 
-    def __init__(self, units: list[Unit]):
+
+def default_align_bytes(device: torch.device) -> int:
+    return CUDA_ALIGN_BYTES if device.type == "cuda" else 0
+
+
+class FlatModel:
+    """Owns the flat buffers and the unit -> slice map (``align_bytes``: where each parameter may
+    start, 0 for packed; default by device, above)."""
+
+    def __init__(self, units: list[Unit], align_bytes: int | None = None):
         self.units = units
         dtype = param_dtype(units)
         device = units[0].params[0].device
-        self.offsets = [0]
+        if align_bytes is None:
+            align_bytes = default_align_bytes(device)
+        step = max(1, align_bytes // torch.empty((), dtype=dtype).element_size())
+        starts, pos = [], 0  # each parameter's element offset, in backward unit order
+        self.offsets = []
         for u in units:
-            self.offsets.append(self.offsets[-1] + u.numel)
-        self.params = torch.empty(self.offsets[-1], dtype=dtype, device=device)
+            self.offsets.append(-(-pos // step) * step)
+            for p in u.params:
+                pos = -(-pos // step) * step
+                starts.append(pos)
+                pos += p.numel()
+        self.offsets.append(-(-pos // step) * step)
+        self.params = torch.zeros(self.offsets[-1], dtype=dtype, device=device)
         self.grads = torch.zeros(self.offsets[-1], dtype=dtype, device=device)
-        with torch.no_grad():
-            for u in units:
-                pos = self.offsets[u.index]
-                for p in u.params:
-                    n = p.numel()
-                    self.params[pos : pos + n].copy_(p.detach().reshape(-1))
-                    p.data = self.params[pos : pos + n].view_as(p)
-                    p.grad = self.grads[pos : pos + n].view_as(p)
-                    pos += n
         self._all_params = [p for u in units for p in u.params]
+        with torch.no_grad():
+            for p, at in zip(self._all_params, starts):
+                n = p.numel()
+                self.params[at : at + n].copy_(p.detach().reshape(-1))
+                p.data = self.params[at : at + n].view_as(p)
+                p.grad = self.grads[at : at + n].view_as(p)
+
+    @property
+    def unit_nbytes(self) -> tuple[int, ...]:
+        """Each unit's span in the buffers, in bytes (its parameters and the padding after them)."""
+        size = self.params.element_size()
+        return tuple((b - a) * size for a, b in zip(self.offsets, self.offsets[1:]))
 
     def span(self, first: int, last: int) -> tuple[int, int]:
         return self.offsets[first], self.offsets[last + 1]
