@@ -197,3 +197,13 @@ def test_evaluation_sees_the_global_model_and_the_inner_optimizer_follows_the_re
     assert cls.optimizer_name(cfg(), SimpleNamespace(optimizer="adam")) == "adamw"  # the LM recipes
     assert cls.optimizer_name(cfg(), SimpleNamespace(optimizer="sgd")) == "sgd"  # the ResNets'
     assert cls.optimizer_name(cfg(inner_adamw=False), SimpleNamespace(optimizer="adam")) == "adam"
+
+
+def test_a_checkpoint_laid_out_for_other_buffers_is_a_one_line_error():
+    """CUDA's flat buffers pad each parameter, the CPU's do not: an anchor saved on one does
+    not fit the other, and says so instead of failing inside a copy."""
+    _, engine, _ = train(FakeCommunicator(2, 0), H=4, fragments=2, tau=1, steps=1)
+    state = engine.algorithm.state_dict()
+    state["anchor"] = torch.zeros(state["anchor"].numel() + 128)
+    with pytest.raises(ValueError, match="anchor holds .* elements where this run's flat buffers hold .*kind of device"):
+        engine.algorithm.load_state_dict(state)

@@ -320,3 +320,27 @@ def test_the_search_keeps_a_cut_run_whole_and_never_lets_a_merge_be_overwritten(
                     whole.add((h, e))
         assert chains == {(0, (3, 3)): {0, 1}} and (0, (3, 3)) not in whole, ls
     assert seen > 5
+
+
+def test_late_averages_saved_for_other_buffers_are_a_one_line_error():
+    """A checkpoint from packed buffers (the CPU's) resumed into padded ones (CUDA's): the late
+    averages do not fit their runs, and the load says so before anything is adopted."""
+    setup = {"schedule": {"H": H, "schedule": SCHEDULE, "delayed": [[list(r) for r in its] for its in LATE]}}
+
+    def engine_with(align: int):
+        m = small_model()
+        algo = build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=1), setup)
+        comm = FakeCommunicator(world_size=2, peer_fn=peer)
+        return PartialSyncEngine(m, enumerate_units(m), comm, algo, align_bytes=align), m
+
+    engine, m = engine_with(0)
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    for t in range(H):
+        engine_step(engine, m, opt, t)
+    engine.flush()
+    state = engine.algorithm.state_dict()
+    assert state["late"]
+    padded, _ = engine_with(512)
+    with pytest.raises(ValueError, match="late average of units .* holds .* kind of device"):
+        padded.algorithm.load_state_dict(state)
+    assert not padded.in_flight()

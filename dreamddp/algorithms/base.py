@@ -193,6 +193,14 @@ class Algorithm:
         if state:
             raise ValueError(f"{self.name}: checkpoint holds algorithm state {sorted(state)} it cannot take")
 
+    def check_saved_size(self, what: str, saved: int, ours: int) -> None:
+        """State shaped like the engine's flat buffers must fit this run's buffers, which on CUDA
+        pad each parameter to an aligned start (``engine/flat.py``) and on the CPU do not."""
+        if saved != ours:
+            raise ValueError(f"{self.name}: the checkpoint's {what} holds {saved} elements where this run's flat "
+                             f"buffers hold {ours}: resume on the kind of device it was saved on (CUDA's buffers "
+                             "are padded, the CPU's packed)")
+
     def describe(self) -> dict:
         """What the run record should know about this algorithm's set-up."""
         return {"name": self.name}

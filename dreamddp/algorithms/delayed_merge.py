@@ -120,5 +120,6 @@ class DelayedMerge:
         for due, first, last, *rest in entries:
             part, avg, snapshot = rest if len(rest) == 3 else ((0, 1), *rest)  # before parts: whole runs
             op = late_op(first, last, delay, tuple(part))
+            self.check_saved_size(f"late average of units {first}-{last}", avg.numel(), self.engine.tensor(op).numel())
             self.late[op] = (avg, snapshot)
             self.engine.adopt(due, op, Landed())

@@ -207,6 +207,7 @@ class StreamingDiLoCo(Algorithm):
         }
 
     def load_state_dict(self, state: dict) -> None:
+        self.check_saved_size("anchor", state["anchor"].numel(), self.anchor.numel())
         self.anchor.copy_(state["anchor"])
         if (state["momentum"] is None) != (self.momentum is None):
             raise ValueError("streaming_diloco: checkpoint and algo.outer_momentum disagree on outer momentum state")
