@@ -76,7 +76,7 @@ gpu: venv ## on a machine with a GPU: the measurements of results/gpu (CUDA test
 	OUT=$(GPU_OUT) PY=$(PY) bash runners/gpu_run.sh
 
 gpu-reports: venv ## results/gpu's reports again from its committed records (no GPU needed)
-	for b in results/gpu/bench/*/ results/gpu/h100/*/ results/gpu/h200/*/ results/gpu/h200_run6/*/; do $(PY) runners/bench_report.py $$b || exit 1; done
+	for r in results/gpu/*/*/runs; do $(PY) runners/bench_report.py $$(dirname $$r) || exit 1; done
 	for m in gpt2 llama2; do $(PY) runners/gpu_profiles.py --model $$m --ours fp32=results/gpu/profiles/$${m}_highest/profile \
 	  tf32=results/gpu/profiles/$${m}_high/profile --authors ../shared/reference/official-profiles/paper-v1/H100/$$m \
 	  --out results/gpu >/dev/null; done

@@ -26,7 +26,7 @@ import subprocess
 from pathlib import Path
 
 import bench_report
-from gpu_summary import job_folders
+from gpu_summary import job_folders, where
 
 from dreamddp.atomic import write_text
 from dreamddp.prediction import record_link
@@ -139,7 +139,7 @@ def report(rows: list[dict], regimes: dict) -> str:
     others = sorted({(r["job"], r["marks"]) for r in rows if r["marks"] != "events"})
     lines = ["# How far ahead of the GPU the host launched each collective", "",
              "Made by `python runners/gpu_host_lead.py` from the sampled iterations of the run records under "
-             "`bench/*/runs` (H200, runs 1-3), `h100/*/runs` (H100, run 4), `h200/*/runs` (H200, run 5) and `h200_run6/*/runs` (H200, run 6) (module docstring: what is measured and how). "
+             f"{where('`{}/*/runs`')} (module docstring: what is measured and how). "
              "*lead*: a backward-launched "
              "collective's device-ready time (its last unit's gradient, by CUDA event) less its host launch, "
              "median and largest over the sampled iterations. *last deadline later by*: replayed through the "
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     gpu = Path(args.gpu)
     rows, regimes = run_rows(gpu)
     if not rows:
-        raise SystemExit(f"gpu_host_lead: no sampled CUDA timelines under {gpu}/bench, {gpu}/h100, {gpu}/h200 or {gpu}/h200_run6")
+        raise SystemExit(f"gpu_host_lead: no sampled CUDA timelines under {where(str(gpu / '{}'))}")
     write_text(str(gpu / "host_lead.md"), report(rows, regimes))
     print(gpu / "host_lead.md")
     return 0

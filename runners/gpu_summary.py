@@ -3,8 +3,7 @@
     python runners/gpu_summary.py [--gpu results/gpu] [--cpu results/bench]
 
 Reads the reports' bench.csv (medians over repetitions, made by runners/bench_report.py)
-of every ``<gpu>/bench/<name>/`` (H200, runs 1-3), ``<gpu>/h100/<name>/`` (H100, run 4) and
-``<gpu>/h200/<name>/`` (H200, run 5), ``<gpu>/h200_run6/<name>/`` (H200, run 6) and of the CPU
+of every ``<gpu>/<device folder>/<job>/`` (``DEVICES``: one folder per machine lent) and of the CPU
 ``make bench``, and the run records (memory segments, the engine-overhead pairs); writes
 ``<gpu>/side_by_side.md``.
 """
@@ -46,6 +45,14 @@ def memory(jobs: list[dict], model: str) -> dict[str, float]:
 
 # results/gpu's benchmark folders, one per machine lent (runs 1-3 with the link reserved at the host's launch)
 DEVICES = (("H200 runs 1-3", "bench"), ("H100 run 4", "h100"), ("H200 run 5", "h200"), ("H200 run 6", "h200_run6"))
+
+
+def where(pattern: str) -> str:
+    """Every device folder named by ``pattern`` (``{}``: the folder) with its machine, for a report's text."""
+    named = [f"{pattern.format(sub)} ({card})" for card, sub in DEVICES]
+    return ", ".join(named[:-1]) + " and " + named[-1]
+
+
 OVERHEAD_COLUMNS = tuple(bench_overhead.overhead_key(a, b) for a, b in bench_overhead.OVERHEAD)
 
 
@@ -72,9 +79,7 @@ def main(argv=None) -> int:
     cards = [card for card in folders if timed[card]]
     lines = ["# The algorithms side by side: one GPU shared by 2 workers, next to the CPU and the paper", "",
              "Each ratio is an algorithm's mean iteration time over DreamDDP's in the same job (median over the "
-             "job's repetitions), comm/backward 7, H=10. GPU: results/gpu/bench/<model>/ (H200, runs 1-3), "
-             "results/gpu/h100/<model>/ (H100, run 4), results/gpu/h200/<model>/ (H200, run 5) and "
-             "results/gpu/h200_run6/<name>/ (H200, run 6), TF32, "
+             f"job's repetitions), comm/backward 7, H=10. GPU: {where('results/gpu/{}/<job>/')}, TF32, "
              "paper sizes; "
              "CPU: results/bench/ (`make bench`, model.size=compute, 2 workers on 2 cores); paper: the authors' "
              "cost model on their A6000 profiles with the paper's 32-GPU multipliers. *bound / measured*: the "
@@ -85,8 +90,8 @@ def main(argv=None) -> int:
              "their transfers were modelled from the host's launch, which ran ahead of the device "
              "(host_lead.md), so where an algorithm syncs during backward its H200 time is short by up to that "
              "lead: a bound / measured above 1 there is that, and DreamDDP's time being short, the ratio over "
-             "it of an algorithm that syncs after the step (FLSGD) is high by up to as much. Runs 4 and 5 ran "
-             "with the link waiting for the device. No time is compared across the three machines.",
+             "it of an algorithm that syncs after the step (FLSGD) is high by up to as much. Runs 4 and later ran "
+             "with the link waiting for the device. No time is compared across the machines.",
              ""]
     for model in ("gpt2", "resnet18", "resnet50"):
         found = {card: next((d for (m, _), (_, d) in timed[card].items() if m == model), None) for card in cards}

@@ -44,15 +44,16 @@ class FlatModel:
         if align_bytes is None:
             align_bytes = default_align_bytes(device)
         step = max(1, align_bytes // torch.empty((), dtype=dtype).element_size())
+        aligned = lambda n: -(-n // step) * step  # noqa: E731  (the first aligned element at or after n)
         starts, pos = [], 0  # each parameter's element offset, in backward unit order
         self.offsets = []
         for u in units:
-            self.offsets.append(-(-pos // step) * step)
+            self.offsets.append(aligned(pos))
             for p in u.params:
-                pos = -(-pos // step) * step
+                pos = aligned(pos)
                 starts.append(pos)
                 pos += p.numel()
-        self.offsets.append(-(-pos // step) * step)
+        self.offsets.append(aligned(pos))
         self.params = torch.zeros(self.offsets[-1], dtype=dtype, device=device)
         self.grads = torch.zeros(self.offsets[-1], dtype=dtype, device=device)
         self._all_params = [p for u in units for p in u.params]
