@@ -185,3 +185,4 @@ def main(spec_path: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    dist_env.exit_worker(0)  # no interpreter finalization after a clean run (see exit_worker)

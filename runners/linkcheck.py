@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.worker_out:
         worker(a)
-        return 0
+        from dreamddp.run.dist_env import exit_worker
+
+        exit_worker(0)  # a gloo worker: no interpreter finalization (see exit_worker)
     rows = measure(a)
     print(f"backend={a.backend} workers={a.workers} gbps={a.rates or '-'} reps={a.reps}")
     print(f"{'size_MB':>9} {'measured_s':>11} {'formula_s':>10} {'ratio':>7}")
