@@ -209,14 +209,12 @@ def main() -> None:
         check_composes(sys.argv[1:], conf_dir(), multirun)
         _hydra_main()
         return
+    code = 0
     try:
         _hydra_main()
-    except SystemExit as stop:  # Hydra's exit after a failed task; a message ends up on stderr
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        if not isinstance(stop.code, (int, type(None))):
-            print(stop.code, file=sys.stderr)
-        dist_env.exit_worker(code)
-    dist_env.exit_worker(0)  # a worker ends without interpreter finalization (see exit_worker)
+    except SystemExit as stop:  # Hydra's exit after a failed task, or a refused config's
+        code = stop.code
+    dist_env.exit_worker(code)  # a worker ends without interpreter finalization (see exit_worker)
 
 
 if __name__ == "__main__":

@@ -28,3 +28,10 @@ def test_exit_worker_flushes_keeps_the_status_and_skips_finalization(tmp_path):
     assert done.stdout == "printed"
     assert "logged" in done.stderr
     assert not marker.exists()  # atexit (finalization) never ran
+
+
+def test_exit_worker_takes_a_code_as_sys_exit_does():
+    for code, status, stderr in (("None", 0, ""), ("'stopped: reason'", 1, "stopped: reason\n")):
+        done = subprocess.run([sys.executable, "-c", f"from dreamddp.run.dist_env import exit_worker; exit_worker({code})"],
+                              capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stderr) == (status, stderr)

@@ -21,7 +21,7 @@ def divergence(flat: FlatModel, group=None) -> dict:
         dist.all_reduce(mean, group=group)
         mean.div_(world)
     sq = (mean - flat.params).float().pow_(2)
-    spans = torch.tensor([b - a for a, b in zip(flat.offsets, flat.offsets[1:])], device=sq.device)  # padding: 0
+    spans = torch.tensor(flat.unit_spans, device=sq.device)  # the padding in them is 0 in both
     numel = torch.tensor([u.numel for u in flat.units], device=sq.device)
     per_unit = torch.segment_reduce(sq, "sum", lengths=spans).sqrt_() / numel.double().sqrt().to(sq.dtype)
     values = per_unit.tolist()

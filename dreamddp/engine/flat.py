@@ -65,10 +65,14 @@ class FlatModel:
                 p.grad = self.grads[at : at + n].view_as(p)
 
     @property
+    def unit_spans(self) -> tuple[int, ...]:
+        """Each unit's span in the buffers, in elements (its parameters and the padding after them)."""
+        return tuple(b - a for a, b in zip(self.offsets, self.offsets[1:]))
+
+    @property
     def unit_nbytes(self) -> tuple[int, ...]:
-        """Each unit's span in the buffers, in bytes (its parameters and the padding after them)."""
-        size = self.params.element_size()
-        return tuple((b - a) * size for a, b in zip(self.offsets, self.offsets[1:]))
+        """``unit_spans`` in bytes."""
+        return tuple(n * self.params.element_size() for n in self.unit_spans)
 
     def span(self, first: int, last: int) -> tuple[int, int]:
         return self.offsets[first], self.offsets[last + 1]
