@@ -96,9 +96,10 @@ def synthetic_profile(units, ratio: float) -> Profile:
 
 
 def measure(model_name: str, size: str, device: str, iterations: int, chunk: int, batch: int, block: int,
-            cfg, ratio: float = 7.0) -> dict:
+            cfg, ratio: float = 7.0, profiled: int = 0) -> dict:
     """{"engine": {phase: [s, ...]}, "plain": {...}, "same_parameters": bool, "largest_difference":
-    float}; ``cfg``: the algorithm's Config, checked (``algorithm_config``)."""
+    float}, with "host_ops" (``host_ops``) when ``profiled`` iterations more run under the
+    profiler; ``cfg``: the algorithm's Config, checked (``algorithm_config``)."""
     dev = torch.device(device)
     task = MODELS[model_name].task
     replicas = []
@@ -120,6 +121,9 @@ def measure(model_name: str, size: str, device: str, iterations: int, chunk: int
         runs = {key: (engine, model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
                 for (key, engine), model in zip(engines.items(), replicas)}
         times = _alternate(runs, task, batches, clock_for(dev), iterations, chunk)
+        if profiled:
+            times["host_ops"] = host_ops(runs, task, batches, clock_for(dev), iterations, profiled,
+                                         dev.type == "cuda")
         engines["engine"].flush()  # what is still deferred (overlap_forward's steps) lands
     finally:
         if own_group:
@@ -135,25 +139,67 @@ def _alternate(runs: dict, task: str, batches: list, clock, iterations: int, chu
     """Each run ``chunk`` iterations per turn until ``iterations``; {run: {phase: [s, ...]}}."""
     times: dict = {k: {p: [] for p in PHASES} for k in runs}
     for t in range(0, iterations, chunk):
-        for key, (engine, model, optimizer) in runs.items():
+        for key, run in runs.items():
             for i in range(chunk):
-                torch.manual_seed(t + i)  # the same dropout masks in both replicas
-                stamps = [clock()]
-                engine.begin_iteration(t + i)
-                stamps.append(clock())
-                loss = compute_loss(task, model, batches[i])
-                stamps.append(clock())
-                loss.backward()
-                stamps.append(clock())
-                engine.end_backward()
-                stamps.append(clock())
-                engine.step(optimizer, 0.0)
-                stamps.append(clock())
-                engine.after_step()
-                stamps.append(clock())
+                stamps = _iteration(run, task, batches[i], t + i, clock)
                 for phase, a, b in zip(PHASES, stamps, stamps[1:]):
                     times[key][phase].append(b - a)
     return times
+
+
+def _iteration(run: tuple, task: str, batch, step: int, clock) -> list[float]:
+    """One training iteration of ``run`` (engine, model, optimizer); the clock at each phase boundary."""
+    engine, model, optimizer = run
+    torch.manual_seed(step)  # the same dropout masks in both replicas
+    stamps = [clock()]
+    engine.begin_iteration(step)
+    stamps.append(clock())
+    loss = compute_loss(task, model, batch)
+    stamps.append(clock())
+    loss.backward()
+    stamps.append(clock())
+    engine.end_backward()
+    stamps.append(clock())
+    engine.step(optimizer, 0.0)
+    stamps.append(clock())
+    engine.after_step()
+    stamps.append(clock())
+    return stamps
+
+
+def host_ops(runs: dict, task: str, batches: list, clock, first: int, iterations: int, on_cuda: bool) -> dict:
+    """Each run's host time by operator over ``iterations`` more iterations under torch.profiler
+    (every thread: the autograd thread that runs the gradient hooks on CUDA among them; on CUDA
+    also the runtime's calls, launches, copies and synchronisations): {run: {op: (self host
+    seconds per iteration, calls per iteration)}}.  The two runs continue the same steps
+    (``first`` on), so the replicas still train alike."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    out = {}
+    for key, run in runs.items():
+        with profile(activities=activities) as prof:
+            for i in range(iterations):
+                _iteration(run, task, batches[i % len(batches)], first + i, clock)
+        out[key] = {e.key: (e.self_cpu_time_total * 1e-6 / iterations, e.count / iterations)
+                    for e in prof.key_averages()}
+    return out
+
+
+def host_ops_report(ops: dict, rows: int = 14) -> list[str]:
+    """The operators whose host time differs most between the engine and the bare model."""
+    names = set(ops["engine"]) | set(ops["plain"])
+    none = (0.0, 0.0)
+    diff = {n: ops["engine"].get(n, none)[0] - ops["plain"].get(n, none)[0] for n in names}
+    lines = ["| operator (self host time) | engine (ms, calls) per iteration | plain (ms, calls) per iteration "
+             "| difference (ms) |", "|---|---|---|---|"]
+    for n in sorted(names, key=lambda n: -abs(diff[n]))[:rows]:
+        e, b = ops["engine"].get(n, none), ops["plain"].get(n, none)
+        lines.append(f"| `{n}` | {e[0] * 1e3:.3f} ({e[1]:g}) | {b[0] * 1e3:.3f} ({b[1]:g}) | {diff[n] * 1e3:+.3f} |")
+    total = {k: sum(t for t, _ in ops[k].values()) for k in ("engine", "plain")}
+    lines.append(f"| every operator | {total['engine'] * 1e3:.3f} | {total['plain'] * 1e3:.3f} | "
+                 f"{(total['engine'] - total['plain']) * 1e3:+.3f} |")
+    return lines
 
 
 def report(times: dict, warmup: int, label: str = "nosync") -> list[str]:
@@ -209,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="append the section to this markdown file (a title first when it is new)")
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic CUDA kernels: the replicas must then match bitwise on CUDA too")
+    p.add_argument("--host-ops", type=int, default=0, metavar="N",
+                   help="then N more iterations of each under torch.profiler: host time by operator")
     args = p.parse_args(argv)
     overrides = {}
     for item in args.set:
@@ -216,14 +264,14 @@ def main(argv: list[str] | None = None) -> int:
         if not eq:
             p.error(f"--set {item}: expected KEY=VALUE")
         overrides[key] = yaml.safe_load(value)
-    if args.iterations < 2 * args.chunk or args.chunk < 1:
-        p.error("--iterations must be at least two chunks, --chunk at least 1")
+    if args.iterations < 2 * args.chunk or args.chunk < 1 or args.host_ops < 0:
+        p.error("--iterations must be at least two chunks, --chunk at least 1, --host-ops not negative")
     torch.set_num_threads(args.threads)
     if args.deterministic:
         deterministic_kernels()
     cfg = algorithm_config(args.algo, overrides)  # a bad --algo or --set stops here, before any model is built
     times = measure(args.model, args.size, args.device, args.iterations, args.chunk, args.batch, args.block,
-                    cfg, args.ratio)
+                    cfg, args.ratio, args.host_ops)
     label = ALGORITHMS.lookup(args.algo).variant({"name": args.algo, **overrides})
     on_cuda = torch.device(args.device).type == "cuda"
     where = torch.cuda.get_device_name() if on_cuda else f"cpu, {args.threads} thread(s)"
@@ -236,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
              + f", {args.iterations} iterations per engine in alternating chunks of {args.chunk} (the first chunk "
              "of each not counted); medians per phase.", "",
              *report(times, args.chunk, label), "",
+             *([f"Host time by operator, {args.host_ops} more iterations of each under torch.profiler (its own "
+                "cost in both; the Python between operators not counted):", "",
+                *host_ops_report(times["host_ops"]), ""] if args.host_ops else []),
              same_line(args.algo, times["same_parameters"], times["largest_difference"], on_cuda,
                        args.deterministic), ""]
     print("\n".join(lines))

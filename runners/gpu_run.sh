@@ -8,7 +8,8 @@
 #      ResNet-50 run side by side (every algorithm, Llama's memory), then GPT-2 and ResNet-18
 #      repetitions 2 and 3;  5. DDP against ASC-WFBP on the ideal link;  6. one worker alone on
 #      the GPU: nosync against plain;  7. the engine's own cost by phase (runners/engine_phases.py,
-#      one process, no data pipeline) on the paper ResNet-18, ResNet-50 and GPT-2;  8. overlap_forward's
+#      one process, no data pipeline): bitwise with deterministic kernels, DreamDDP's host work by
+#      operator (torch.profiler), its variants on GPT-2;  8. overlap_forward's
 #      own plan against DreamDDP's schedule under overlap, GPT-2, one iteration per turn.
 # Run from the repository root after runners/gpu_pack.sh, on the device:
 #   OUT=/some/dir BUDGET_S=520 runners/gpu_run.sh
@@ -27,7 +28,7 @@ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONUNBUFFERED=1 WANDB
 PY=${PY:-python3}
 if [ "${SMOKE:-0}" = 1 ]; then
   DEV=cpu; PROFILE_SIZE=(model.size=tiny); BENCH_SIZE=(model.size=tiny); ITERS=12; ONE="data.block_size=32"
-  SIZE=tiny; SINGLE_ITERS=${SINGLE_ITERS:-12}; PHASE_ITERS=20; BLOCK=32
+  SIZE=tiny; SINGLE_ITERS=${SINGLE_ITERS:-12}; PHASE_ITERS=40; BLOCK=32
 else
   DEV=cuda; PROFILE_SIZE=(); BENCH_SIZE=(); ITERS=22; ONE=""
   # one worker alone: 20 timed iterations of ResNet-18's 11 ms could not resolve 3% (results/gpu/README.md)
@@ -36,7 +37,7 @@ fi
 
 # STEPS: the groups to run, in the order given (default all): tests profiles timed (GPT-2)
 # other (Llama-2 at once beside ResNet-50) reps (repetitions 2 and 3) ddp (DDP against ASC-WFBP
-# and S-SGD) single (one worker: the engine's overhead on an unshared GPU) phases (the engine's
+# and S-SGD) resnet50 (ResNet-50 alone, 3 repetitions) single (one worker: the engine's overhead on an unshared GPU) phases (the engine's
 # cost by phase, one process) overlap (overlap_forward's own plan against DreamDDP's); the word
 # resnet adds the ResNets to timed, other and reps.
 # RESUME=1 keeps $WORK, so a second call on the same warm machine finishes the repetitions a
@@ -105,6 +106,10 @@ group_other() {
   want resnet && bench resnet50 resnet50 1 14 --no-memory --port 29600 "${SET[@]}" data=synthetic
   wait
 }
+# ResNet-50 alone on the GPU, 3 repetitions (run 1's one ran with the synchronising stamps)
+group_resnet50() {
+  bench resnet50 resnet50 3 14 --no-memory "${SET[@]}" data=synthetic
+}
 # the medians: repetitions 2 and 3 (REPS_OPTS adds bench.py options, e.g. --no-memory when a
 # machine's time allows three repetitions but not the memory segments again)
 # (ResNet-18's first: it is the shorter job, so a deadline cuts GPT-2's, which RESUME=1 finishes)
@@ -124,19 +129,24 @@ group_single() {
   bench gpt2_single gpt2 3 $SINGLE_ITERS --nproc 1 --no-memory --only nosync@ideal plain@ideal "${SET[@]}" $ONE
 }
 # where the engine's own cost lies, phase by phase, without the trainer's data pipeline or peers:
-# nosync on the engine against the bare model in one process (the presets' batches)
-# (then the DreamDDP variants' own host-side work on ResNet-18, the shortest iteration)
+# an algorithm on the engine against the bare model in one process (the presets' batches), in
+# priority order: the aligned flat buffers against the bare model, bitwise, with deterministic
+# kernels (nosync, then DreamDDP); DreamDDP's host work on ResNet-18 by operator (torch.profiler);
+# its overlap and delayed merge on GPT-2; ResNet-50 bitwise; DreamDDP's host work on GPT-2; nosync there
 group_phases() {
   local spec i=0
-  # (first: the aligned flat buffers against the bare model, bitwise, with deterministic kernels)
-  for spec in "resnet18 --batch 128 --deterministic" "resnet18 --batch 128" "resnet50 --batch 128" "gpt2 --batch 4 --block $BLOCK" \
-      "resnet18 --batch 128 --algo dreamddp --set H=10" \
-      "resnet18 --batch 128 --algo dreamddp --set H=10 overlap_forward=true" \
-      "resnet18 --batch 128 --algo dreamddp --set H=10 merge_delay=1"; do
+  local GPT="gpt2 --batch 4 --block $BLOCK --iterations $((PHASE_ITERS * 3 / 5))"
+  for spec in "resnet18 --batch 128 --deterministic" \
+      "resnet18 --batch 128 --deterministic --algo dreamddp --set H=10" \
+      "resnet18 --batch 128 --host-ops 20 --algo dreamddp --set H=10" \
+      "$GPT --algo dreamddp --set H=10 overlap_forward=true" \
+      "$GPT --algo dreamddp --set H=10 merge_delay=1" \
+      "resnet18 --batch 128 --host-ops 20 --algo dreamddp --set H=10 overlap_forward=true" \
+      "resnet50 --batch 128 --deterministic" "$GPT --host-ops 10 --algo dreamddp --set H=10" "$GPT"; do
     set -- $spec
     i=$((i + 1))
-    step "phases_${i}_$1" 120 $PY runners/engine_phases.py --model "$@" --size $SIZE --device $DEV \
-      --iterations $PHASE_ITERS --out "$OUT/engine_phases.md"
+    step "phases_${i}_$1" 120 $PY runners/engine_phases.py --size $SIZE --device $DEV --iterations $PHASE_ITERS \
+      --out "$OUT/engine_phases.md" --model "$@"
   done
 }
 

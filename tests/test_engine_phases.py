@@ -79,3 +79,17 @@ def test_phase_overhead_is_each_phase_difference_inside_each_repetition(runners)
     assert got["backward"] == pytest.approx((20.0, 10.0, 30.0))
     assert got["step and the rest"] == pytest.approx((1.0, 0.0, 2.0))
     assert report.phase_overhead({0: {"plain@ideal": reps[0]["plain@ideal"]}}) == {}
+
+
+def test_host_ops_profiles_both_runs_on_and_they_still_train_alike(runners, capsys):
+    """--host-ops: more iterations of each under torch.profiler, a table of the operators whose
+    host time differs most; DreamDDP launches all-reduces, the bare model none."""
+    phases, _ = runners
+    assert phases.main(["--model", "resnet18", "--size", "tiny", "--iterations", "8", "--chunk", "4",
+                        "--batch", "4", "--algo", "dreamddp", "--set", "H=2", "--host-ops", "4"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| `c10d::allreduce_` |"))
+    assert row.split("|")[3].strip() == "0.000 (0)" and "(0)" not in row.split("|")[2]
+    assert "| every operator |" in out and "Same parameters after training: yes." in out
+    with pytest.raises(SystemExit):
+        phases.main(["--host-ops", "-1"])
