@@ -19,10 +19,15 @@ synchronisation at each boundary, as the trainer's stamps).  Prints each
 phase's median per engine and their difference, and checks that both
 replicas trained to the same parameters, bitwise (the comparison is like for
 like; on CUDA only with ``--deterministic`` kernels, else it prints the largest difference).
+``--host-ops N`` then runs N more iterations of each under torch.profiler and
+prints the operators whose host time differs most (on CUDA with the runtime's
+launches, copies and synchronisations; a gradient hook's Python counts as its
+AccumulateGrad node's own time).
 
     python runners/engine_phases.py --model resnet50 --size paper --device cuda
     python runners/engine_phases.py --model resnet18 --size paper --device cuda --deterministic
     python runners/engine_phases.py --algo dreamddp --set overlap_forward=true
+    python runners/engine_phases.py --model resnet18 --size paper --device cuda --batch 128 --algo dreamddp --set H=10 --host-ops 20
 """
 
 from __future__ import annotations
