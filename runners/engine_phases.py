@@ -125,10 +125,10 @@ def measure(model_name: str, size: str, device: str, iterations: int, chunk: int
         }
         runs = {key: (engine, model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
                 for (key, engine), model in zip(engines.items(), replicas)}
-        times = _alternate(runs, task, batches, clock_for(dev), iterations, chunk)
+        clock = clock_for(dev)
+        times = _alternate(runs, task, batches, clock, iterations, chunk)
         if profiled:
-            times["host_ops"] = host_ops(runs, task, batches, clock_for(dev), iterations, profiled,
-                                         dev.type == "cuda")
+            times["host_ops"] = host_ops(runs, task, batches, clock, iterations, profiled, dev.type == "cuda")
         engines["engine"].flush()  # what is still deferred (overlap_forward's steps) lands
     finally:
         if own_group:
