@@ -35,9 +35,11 @@ compute-split: venv ## forward / backward / step split of every model.size=compu
 
 PHASES_MD := results/bench/engine_phases.md
 # nosync (the engine alone) and the DreamDDP variants (their own host-side work, no waits) on the
-# compute presets make bench runs, at its H; nosync on ResNet-50 paper (161 gradient hooks)
-PHASE_RUNS := "--algo nosync" "--algo dreamddp --set H=10" "--algo dreamddp --set H=10 overlap_forward=true" \
-              "--algo dreamddp --set H=10 merge_delay=1"
+# compute presets make bench runs, at its H, each with the carrier make bench's emulated link gives
+# it on the CPU (bandwidth.carrier=auto); nosync on ResNet-50 paper (161 gradient hooks)
+PHASE_RUNS := "--algo nosync" "--algo dreamddp --set H=10 --carrier deferred" \
+              "--algo dreamddp --set H=10 overlap_forward=true --carrier deferred" \
+              "--algo dreamddp --set H=10 merge_delay=1 --carrier step"
 engine-phases: venv ## the engine's own cost by phase (an algorithm on a one-process group against the bare model; one core) -> results/bench/engine_phases.md (~10 min)
 	rm -f $(PHASES_MD).tmp
 	for run in $(PHASE_RUNS); do \

@@ -47,6 +47,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from dreamddp.algorithms import ALGORITHMS
 from dreamddp.prediction import record_carrier, record_link, simulate_record, skew_of
 from dreamddp.run.summary import warmup_cut
 from dreamddp.schedule.cost import arrays, forward_slack
@@ -107,6 +108,21 @@ def forward_over_reference(rec: dict, segs: dict) -> float:
     algorithm waits for nothing in forward (overlap_forward's averages and DeAR's all-gathers
     finish there): below 1, the run computed faster than the speed its predictions charge."""
     return timed_mean(rec, "forward") / reference_mean(segs, "forward")
+
+
+def waits_in_forward(rec: dict) -> bool:
+    """Whether the run's waits can fall in its forward pass: a plan that completes collectives
+    before a unit's forward (DeAR's all-gathers, overlap_forward's averages)."""
+    algo = rec["config"]["algo"]
+    return bool(algo.get("overlap_forward")) or ALGORITHMS.lookup(algo["name"]).uses_forward_hooks
+
+
+def compute_excess(rec: dict, segs: dict) -> float:
+    """Seconds per iteration the run computed beyond the compute-only runs' (whose speed the
+    predictions charge): its backward's excess, and its forward's where no wait falls in it.
+    Negative where it computed faster."""
+    fields = ("backward",) if waits_in_forward(rec) else ("forward", "backward")
+    return sum(timed_mean(rec, f) - reference_mean(segs, f) for f in fields)
 
 
 def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profile | None:

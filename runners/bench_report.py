@@ -114,6 +114,8 @@ def per_rep(reps: dict) -> dict:
             if any(label in segs for label in bp.COMPUTE_ONLY):
                 row["compute_over"] = bp.backward_over_reference(rec, segs)
                 row["forward_over"] = bp.forward_over_reference(rec, segs)
+                row["compute_excess"] = bp.compute_excess(rec, segs)
+                row["excess_of"] = "backward" if bp.waits_in_forward(rec) else "forward and backward"
             if profile is not None:
                 row.update(predicted=bp.predict(rec, profile, skew), plan_bound=bp.plan_bound(rec, profile),
                            plan_real=bp.plan_bound(rec, profile, real=True),
@@ -214,7 +216,9 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
                "late_ms": median_spread([1e3 * s["late"] for s in st if s.get("late") is not None]),
                "time_to_target_s": median_spread(ttt.get(label, [])), "ttt_x_dreamddp": median_spread(ttt_ratio.get(label, [])),
                "compute_s": col("compute"), "probed": all(s["probed"] for s in st),
-               "compute_over": col("compute_over"), "forward_over": col("forward_over")}
+               "compute_over": col("compute_over"), "forward_over": col("forward_over"),
+               "compute_excess_s": col("compute_excess"),
+               "excess_of": st[0].get("excess_of")}
         rows.append(row)
         units = [s["longest_unit"] for s in st if s.get("longest_unit")]
         judged[label] = {**row, "longest_unit": units and (units[0][0], *(statistics.median(u[k] for u in units)

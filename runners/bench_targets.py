@@ -50,7 +50,13 @@ def _reason(row: dict) -> str:
         if row["predicted_over_measured"]:
             pred = measured * row["predicted_over_measured"][0]
             parts.append(f"the ranks' skew adds {_skew_ms(row):.1f} ms (predicted)")
-            parts.append(f"{1e3 * (measured - pred):+.1f} ms are beyond the model (what the profile lacks; the algorithm's own host-side work alone: `make engine-phases`"
+            beyond = f"{1e3 * (measured - pred):+.1f} ms are beyond the model ("
+            excess = row.get("compute_excess_s")
+            if excess and not (slow and slow[0] > 1 + SLOW):  # a slow backward is said above
+                beyond += (f"{1e3 * excess[0]:+.1f} ms of it its {row['excess_of']} over the compute-only runs', "
+                           "whose speed the model charges; the rest ")
+            parts.append(beyond + "what the profile lacks; the algorithm's own host-side work alone: "
+                         f"`python runners/engine_phases.py --carrier {row.get('carrier') or 'eager'}`"
                          + ("" if row.get("probed") else "; the backend's own transfer at the wait, not probed "
                                                          "at this run's start-up") + ")")
     return "; ".join(parts)

@@ -22,8 +22,13 @@ like; on CUDA only with ``--deterministic`` kernels, else it prints the largest 
 ``--host-ops N`` then runs N more iterations of each under torch.profiler and
 prints the operators whose host time differs most (on CUDA with the runtime's
 launches, copies and synchronisations; a gradient hook's Python counts as its
-AccumulateGrad node's own time).
+AccumulateGrad node's own time).  ``--carrier`` says when the real collectives
+start: eager (the default) at launch, so the backend's call on one process
+runs inside backward; deferred as the CPU benchmark's emulated link carries
+them, queued at launch and started at the first wait (a DreamDDP launch in
+backward then costs only its books).
 
+    python runners/engine_phases.py --model resnet18 --size compute --batch 8 --algo dreamddp --set H=10 --carrier deferred
     python runners/engine_phases.py --model resnet50 --size paper --device cuda
     python runners/engine_phases.py --model resnet18 --size paper --device cuda --deterministic
     python runners/engine_phases.py --algo dreamddp --set overlap_forward=true
@@ -47,6 +52,7 @@ from dreamddp.algorithms.base import Algorithm
 from dreamddp.checks import ConfigError
 from dreamddp.clock import clock_for
 from dreamddp.comm.communicator import Communicator
+from dreamddp.comm.cost import CARRIERS
 from dreamddp.data import synthetic
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.passthrough import PassthroughEngine
@@ -101,10 +107,11 @@ def synthetic_profile(units, ratio: float) -> Profile:
 
 
 def measure(model_name: str, size: str, device: str, iterations: int, chunk: int, batch: int, block: int,
-            cfg, ratio: float = 7.0, profiled: int = 0) -> dict:
+            cfg, ratio: float = 7.0, profiled: int = 0, carrier: str = "eager") -> dict:
     """{"engine": {phase: [s, ...]}, "plain": {...}, "same_parameters": bool, "largest_difference":
     float}, with "host_ops" (``host_ops``) when ``profiled`` iterations more run under the
-    profiler; ``cfg``: the algorithm's Config, checked (``algorithm_config``)."""
+    profiler; ``cfg``: the algorithm's Config, checked (``algorithm_config``); ``carrier``: when the
+    real collectives start (``bandwidth.carrier``: eager at launch, deferred at the first wait)."""
     dev = torch.device(device)
     task = MODELS[model_name].task
     replicas = []
@@ -120,7 +127,7 @@ def measure(model_name: str, size: str, device: str, iterations: int, chunk: int
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         engines = {
-            "engine": PartialSyncEngine(replicas[0], units[0], Communicator(), algorithm),
+            "engine": PartialSyncEngine(replicas[0], units[0], Communicator(carrier=carrier), algorithm),
             "plain": PassthroughEngine(replicas[1], units[1], 0),
         }
         runs = {key: (engine, model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
@@ -260,6 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="append the section to this markdown file (a title first when it is new)")
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic CUDA kernels: the replicas must then match bitwise on CUDA too")
+    p.add_argument("--carrier", default="eager", choices=CARRIERS,
+                   help="when the real collectives start (bandwidth.carrier): at launch, at the first wait (as the "
+                        "CPU benchmark's emulated link carries them: the launches in backward then queue only), or "
+                        "also as an iteration ends (step)")
     p.add_argument("--host-ops", type=int, default=0, metavar="N",
                    help="then N more iterations of each under torch.profiler: host time by operator")
     args = p.parse_args(argv)
@@ -276,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         deterministic_kernels()
     cfg = algorithm_config(args.algo, overrides)  # a bad --algo or --set stops here, before any model is built
     times = measure(args.model, args.size, args.device, args.iterations, args.chunk, args.batch, args.block,
-                    cfg, args.ratio, args.host_ops)
+                    cfg, args.ratio, args.host_ops, args.carrier)
     label = ALGORITHMS.lookup(args.algo).variant({"name": args.algo, **overrides})
     on_cuda = torch.device(args.device).type == "cuda"
     where = torch.cuda.get_device_name() if on_cuda else f"cpu, {args.threads} thread(s)"

@@ -63,6 +63,20 @@ def test_the_reference_pools_both_compute_only_runs(tmp_path, runners):
     assert sum(bp.steady_profile(segs).bp.values()) == pytest.approx(0.20)
 
 
+def test_compute_excess_counts_forward_only_where_no_wait_falls_in_it(tmp_path, runners):
+    # the compute-only runs pooled: forward 0.12 s, backward 0.22 s
+    bp, _ = runners
+    segs = job(tmp_path)
+    run = {**record(0.13, 0.25, 0.0, []), "config": {"algo": {"name": "dreamddp"}}}
+    assert bp.compute_excess(run, segs) == pytest.approx(0.01 + 0.03)
+    overlapped = {**run, "config": {"algo": {"name": "dreamddp", "overlap_forward": True}}}
+    assert bp.waits_in_forward(overlapped) and bp.compute_excess(overlapped, segs) == pytest.approx(0.03)
+    dear = {**run, "config": {"algo": {"name": "dear"}}}  # its all-gathers complete before forward
+    assert bp.waits_in_forward(dear) and bp.compute_excess(dear, segs) == pytest.approx(0.03)
+    faster = {**record(0.12, 0.20, 0.0, []), "config": {"algo": {"name": "flsgd"}}}
+    assert not bp.waits_in_forward(faster) and bp.compute_excess(faster, segs) == pytest.approx(-0.02)
+
+
 def test_an_opt_in_segment_runs_only_when_named(runners):
     _, bench = runners
     args = bench.parse_args(["--models", "gpt2"])

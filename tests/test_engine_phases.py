@@ -34,7 +34,10 @@ def test_the_engine_and_the_bare_model_train_alike_and_the_sections_share_one_ti
 
 @pytest.mark.parametrize("options", [["--algo", "dreamddp", "--set", "H=2", "overlap_forward=true"],
                                      ["--algo", "dreamddp", "--set", "H=2", "merge_delay=1"],
-                                     ["--algo", "dear"], ["--algo", "ascwfbp"]])
+                                     ["--algo", "dear"], ["--algo", "ascwfbp"],
+                                     # the carriers make bench's emulated link uses on the CPU
+                                     ["--algo", "dreamddp", "--set", "H=2", "--carrier", "deferred"],
+                                     ["--algo", "dreamddp", "--set", "H=2", "merge_delay=1", "--carrier", "step"]])
 def test_an_algorithm_on_one_process_trains_as_the_bare_model(runners, options, capsys):
     phases, _ = runners
     assert phases.main(["--model", "resnet18", "--size", "tiny", "--iterations", "8", "--chunk", "4",
