@@ -117,12 +117,15 @@ def waits_in_forward(rec: dict) -> bool:
     return bool(algo.get("overlap_forward")) or ALGORITHMS.lookup(algo["name"]).uses_forward_hooks
 
 
+def compute_phases(rec: dict) -> tuple[str, ...]:
+    """The run's phases that are compute alone: backward, and forward where no wait falls in it."""
+    return ("backward",) if waits_in_forward(rec) else ("forward", "backward")
+
+
 def compute_excess(rec: dict, segs: dict) -> float:
     """Seconds per iteration the run computed beyond the compute-only runs' (whose speed the
-    predictions charge): its backward's excess, and its forward's where no wait falls in it.
-    Negative where it computed faster."""
-    fields = ("backward",) if waits_in_forward(rec) else ("forward", "backward")
-    return sum(timed_mean(rec, f) - reference_mean(segs, f) for f in fields)
+    predictions charge) over its ``compute_phases``.  Negative where it computed faster."""
+    return sum(timed_mean(rec, f) - reference_mean(segs, f) for f in compute_phases(rec))
 
 
 def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profile | None:

@@ -115,7 +115,7 @@ def per_rep(reps: dict) -> dict:
                 row["compute_over"] = bp.backward_over_reference(rec, segs)
                 row["forward_over"] = bp.forward_over_reference(rec, segs)
                 row["compute_excess"] = bp.compute_excess(rec, segs)
-                row["excess_of"] = "backward" if bp.waits_in_forward(rec) else "forward and backward"
+                row["excess_of"] = " and ".join(bp.compute_phases(rec))
             if profile is not None:
                 row.update(predicted=bp.predict(rec, profile, skew), plan_bound=bp.plan_bound(rec, profile),
                            plan_real=bp.plan_bound(rec, profile, real=True),

@@ -14,9 +14,9 @@ kernels, ResNet-18 behind the engine (60 of its 62 parameters 8 bytes off a
 16-byte boundary, after the head's 10-element bias) trained to parameters 3e-1
 away from the bare model's, where ResNet-50 (every size a multiple of 4) came
 out bitwise equal (results/gpu/README.md, run 6); aligned, ResNet-18 came out
-bitwise equal too, under nosync and under DreamDDP (run 7).  The padding is zero in both buffers, so a collective over
-a run of units carries it unchanged; on the CPU, whose kernels gave the same
-bits packed, there is none.
+bitwise equal too, under nosync and under DreamDDP (run 7).  The padding is
+zero in both buffers, so a collective over a run of units carries it
+unchanged; on the CPU, whose kernels gave the same bits packed, there is none.
 """
 
 from __future__ import annotations
