@@ -24,8 +24,10 @@ bench: venv ## every algorithm side by side in the compute regime, 2 workers (on
 bench-skew: venv ## the same with 4 workers on 2 cores, small presets: what the workers' skew costs -> results/bench_skew/README.md (~30 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/bench.py --preset small --nproc 4 --out results/bench_skew $(BENCH_ARGS)
 
-simulator-accuracy: venv ## predicted vs measured iteration time, every algorithm x 3 link rates x 2 models -> results/simulator/README.md (~30 min; comm/backward 7 read from make bench's records)
-	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/simulator_accuracy.py --from-bench results/bench
+# The simulator's jobs interleave one iteration per turn: the host's slow spells then fall on every
+# run alike (results/interleave/README.md: half the drift of one H-window per turn, make bench's).
+simulator-accuracy: venv ## predicted vs measured iteration time, every algorithm x 3 link rates x 2 models, 3 repetitions -> results/simulator/README.md (~95 min)
+	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/simulator_accuracy.py --reps 3 --chunk 1
 
 merge-delay: venv ## DreamDDP with merge_delay 0, 1, 2: quality at equal iterations, time to target, divergence -> results/merge_delay/README.md (~30 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/merge_delay_study.py

@@ -13,9 +13,9 @@ error, and whether the simulator orders the algorithms as measured in every
 configuration (where it does not, the swapped pairs and how far apart they
 were measured).
 
-    python runners/simulator_accuracy.py                      # make simulator-accuracy
+    python runners/simulator_accuracy.py --reps 3 --chunk 1   # make simulator-accuracy
     python runners/simulator_accuracy.py --report-only        # rebuild the README from the records
-    python runners/simulator_accuracy.py --from-bench results/bench   # make simulator-accuracy: ratio 7 from make bench
+    python runners/simulator_accuracy.py --from-bench results/bench   # ratio 7: make bench's own jobs
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import statistics
 import sys
@@ -56,6 +57,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             nosync_backward = bp.timed_mean(segs[bp.NOSYNC], "backward")
             # plain@ideal is the job's other compute-only run: how far the reference itself drifted
             plain_backward = bp.timed_mean(segs["plain@ideal"], "backward") if "plain@ideal" in segs else None
+            chunk = _job_chunk(segs)
             for label in bench_report.TIMED:
                 rec = segs.get(label)
                 if rec is None:
@@ -64,7 +66,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                 predicted = bp.predict(rec, profile, skew)
                 own = bp.predict(rec, bp.own_compute(rec, profile), skew)
                 in_run = (rec["summary"].get("predicted") or {}).get("mean_iteration_time")
-                out.append({"model": model, "ratio": ratio, "rep": rep, "algorithm": label, "measured_s": measured,
+                out.append({"model": model, "ratio": ratio, "rep": rep, "chunk": chunk, "algorithm": label, "measured_s": measured,
                             "predicted_s": predicted, "error": predicted / measured - 1,
                             "own_compute_s": own, "own_error": own / measured - 1,
                             "nosync_only_error": bp.predict(rec, alone, alone_skew) / measured - 1,
@@ -74,6 +76,22 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                             "backward_x_reference": bp.backward_over_reference(rec, segs),
                             "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward})
     return out
+
+
+def _job_chunk(segs: dict) -> int:
+    """Iterations of one run per turn in the job these records come from (its spec.json)."""
+    spec = Path(next(iter(segs.values()))["_dir"]).parent / "spec.json"
+    return json.loads(spec.read_text())["chunk"]
+
+
+def _interleaving(rows: list[dict]) -> str:
+    """How each ratio's jobs were interleaved, in words."""
+    turns = collections.defaultdict(set)
+    for r in rows:
+        turns[r["chunk"]].add(r["ratio"])
+    words = lambda c: "one iteration per turn" if c == 1 else f"{c} iterations per turn"  # noqa: E731
+    return "; ".join(f"{words(c)} at comm/backward {', '.join(f'{x:g}' for x in sorted(rs))}"
+                     for c, rs in sorted(turns.items()))
 
 
 def _compute_line(rows: list[dict]) -> str:
@@ -131,7 +149,8 @@ def _pairs_line(pair: dict, over_reps: list[dict]) -> str:
     if over_reps:
         right = sum(r["right"] for r in over_reps)
         ties = sum(r["right_but_ties"] for r in over_reps)
-        line += (f" Over the repetitions (each algorithm's median measured time against its median prediction), "
+        line += (f" Over the repetitions (each algorithm's median measured time against its median prediction, "
+                 f"both over their job's geometric mean measured time, so a slower hour of the host divides out), "
                  f"the order is right in {right} of {len(over_reps)} configurations run more than once, and in "
                  f"{ties} of {len(over_reps)} counting runs within {TIE:.0%} as ties: the table below.")
     return line
@@ -200,7 +219,14 @@ def pairs(rows: list[dict], predicted: str = "predicted_s") -> dict:
 
 def median_ranking(rows: list[dict]) -> list[dict]:
     """Per model and ratio run in more than one repetition: the order of the algorithms' median
-    measured time over the repetitions against the order of their median prediction."""
+    measured time over the repetitions against the order of their median prediction, each time
+    taken over its own job's scale first (the geometric mean of the job's measured times, which
+    divides both), so a repetition in a slower hour of the host weighs as much as the others:
+    ratios inside one job before their median, as make bench takes its ratios."""
+    scale = collections.defaultdict(list)
+    for r in rows:
+        scale[(r["model"], r["ratio"], r["rep"])].append(math.log(r["measured_s"]))
+    scale = {job: math.exp(statistics.fmean(logs)) for job, logs in scale.items()}
     by_config = collections.defaultdict(lambda: collections.defaultdict(list))
     for r in rows:
         by_config[(r["model"], r["ratio"])][r["algorithm"]].append(r)
@@ -209,9 +235,11 @@ def median_ranking(rows: list[dict]) -> list[dict]:
         reps = len({r["rep"] for runs in algos.values() for r in runs})
         if reps < 2:
             continue
+        of_job = lambda r, key: r[key] / scale[(model, ratio, r["rep"])]  # noqa: E731
         medians = [{"model": model, "ratio": ratio, "rep": "median", "algorithm": a,
-                    "measured_s": statistics.median(r["measured_s"] for r in runs),
-                    "predicted_s": statistics.median(r["predicted_s"] for r in runs)} for a, runs in algos.items()]
+                    "measured_s": statistics.median(of_job(r, "measured_s") for r in runs),
+                    "predicted_s": statistics.median(of_job(r, "predicted_s") for r in runs)}
+                   for a, runs in algos.items()]
         out.append({**ranking(medians)[0], "reps": reps})
     return out
 
@@ -227,8 +255,9 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
                                                              "completed before with the same code" if "--resume" in argv
                                                              else "") + ")" if seconds else "") + ". "
              "Per model and comm/backward ratio, a benchmark job runs every algorithm interleaved (2 workers, "
-             "one per core, the compute presets, whose forward / backward / step split is results/bench/compute_split.md's, H=10; one job per repetition, column rep; `--from-bench`: that ratio's jobs are "
-             "`make bench`'s own); the prediction of each run uses only that job's measurements: DreamDDP's per-unit "
+             "one per core, the compute presets, whose forward / backward / step split is results/bench/compute_split.md's, H=10; one job per repetition, column rep; "
+             + ("`--from-bench`: that ratio's jobs are `make bench`'s own; " if "--from-bench" in argv else "")
+             + f"runs interleaved {_interleaving(rows)}); the prediction of each run uses only that job's measurements: DreamDDP's per-unit "
              "profile, the steady compute of the job's two compute-only runs, pooled (nosync: the engine with "
              "nothing to sync; plain: no engine; both on the ideal link, interleaved with the rest) and every "
              "rank's spread of it (the simulator samples it: a sync point waits for the slowest rank), the "
@@ -262,7 +291,7 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
                      f"{'yes' if r['right_but_ties'] else 'NO'} | {'; '.join(r['swapped']) or '-'} |")
     if over_reps:
         lines += ["", "Ranking over the repetitions (each algorithm's median measured time against its median "
-                  "prediction):", "",
+                  "prediction, both over their job's geometric mean measured time):", "",
                   f"| model | comm/backward | repetitions | same order | same order, ties within {TIE:.0%} | "
                   "swapped pairs (measured gap of the medians) |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['model']} | {r['ratio']:g} | {r['reps']} | {'yes' if r['right'] else 'NO'} | "
@@ -303,18 +332,22 @@ def main(argv=None) -> int:
     p.add_argument("--from-bench", metavar="DIR",
                    help="a `make bench` output (results/bench): the ratio it ran at is read from its records "
                         "(every repetition) instead of being run again")
+    p.add_argument("--chunk", type=int, default=0,
+                   help="iterations of one run per turn (runners/bench.py --chunk; 0: one H-window)")
     args = p.parse_args(argv)
     start, rows = time.perf_counter(), []
     reused = _bench_ratio(args.from_bench, args.models) if args.from_bench else None
+    ratios = [r for r in args.ratios if reused is None or r != reused]
+    folder = lambda ratio: os.path.join(args.out, f"ratio{ratio:g}")  # noqa: E731
+    # Repetitions go round the ratios (every ratio's repetition k before any's k+1), so a study
+    # stopped part way, then resumed or reported, has every ratio measured as often.
+    for k in range(0 if args.report_only else args.reps):
+        for ratio in ratios:
+            bench.run_jobs(bench.parse_args(["--models", *args.models, "--reps", str(k + 1), "--ratio", str(ratio),
+                                             "--chunk", str(args.chunk), "--out", folder(ratio)]
+                                            + (["--resume"] if args.resume or k else [])))
     for ratio in args.ratios:
-        if reused is not None and ratio == reused:
-            rows += rows_of(os.path.join(args.from_bench, "runs"), ratio)
-            continue
-        folder = os.path.join(args.out, f"ratio{ratio:g}")
-        if not args.report_only:
-            bench.run_jobs(bench.parse_args(["--models", *args.models, "--reps", str(args.reps), "--ratio", str(ratio),
-                                             "--out", folder] + (["--resume"] if args.resume else [])))
-        rows += rows_of(os.path.join(folder, "runs"), ratio)
+        rows += rows_of(os.path.join(args.from_bench if ratio == reused else folder(ratio), "runs"), ratio)
     if not rows:
         raise SystemExit(f"simulator_accuracy: no run records under {args.out}")
     made = Path(args.out) / "made.json"

@@ -55,3 +55,13 @@ def test_the_order_over_repetitions_takes_each_algorithms_medians(study):
     assert (over["reps"], over["right"], over["right_but_ties"]) == (3, False, True)
     assert over["swapped"] == ["b < c by 1.0%"]
     assert study.median_ranking([r for r in rows() if r["rep"] == 0]) == []  # one repetition: nothing to pool
+
+
+def test_the_order_over_repetitions_ignores_how_fast_the_host_ran_each_one(study):
+    # Repetition 1 run in an hour 1.7x slower, every time in it (measured and predicted) scaled:
+    # the medians are taken over each job's own scale, so the verdict is the same
+    slow = [{**r, "measured_s": 1.7 * r["measured_s"], "predicted_s": 1.7 * r["predicted_s"]} if r["rep"] == 1 else r
+            for r in rows()]
+    (over,) = study.median_ranking(slow)
+    assert (over["right"], over["right_but_ties"], over["swapped"]) == (False, True, ["b < c by 1.0%"])
+    assert study.median_ranking(slow) == study.median_ranking(rows())
