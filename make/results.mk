@@ -26,7 +26,7 @@ bench-skew: venv ## the same with 4 workers on 2 cores, small presets: what the 
 
 # The simulator's jobs interleave one iteration per turn: the host's slow spells then fall on every
 # run alike (results/interleave/README.md: half the drift of one H-window per turn, make bench's).
-simulator-accuracy: venv ## predicted vs measured iteration time, every algorithm x 3 link rates x 2 models, 3 repetitions -> results/simulator/README.md (~95 min)
+simulator-accuracy: venv ## predicted vs measured iteration time, every algorithm x 3 link rates x 2 models, 3 repetitions -> results/simulator/README.md (~80 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/simulator_accuracy.py --reps 3 --chunk 1
 
 merge-delay: venv ## DreamDDP with merge_delay 0, 1, 2: quality at equal iterations, time to target, divergence -> results/merge_delay/README.md (~30 min)
