@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import os
 import statistics
 import sys
@@ -223,10 +222,10 @@ def median_ranking(rows: list[dict]) -> list[dict]:
     taken over its own job's scale first (the geometric mean of the job's measured times, which
     divides both), so a repetition in a slower hour of the host weighs as much as the others:
     ratios inside one job before their median, as make bench takes its ratios."""
-    scale = collections.defaultdict(list)
+    times = collections.defaultdict(list)
     for r in rows:
-        scale[(r["model"], r["ratio"], r["rep"])].append(math.log(r["measured_s"]))
-    scale = {job: math.exp(statistics.fmean(logs)) for job, logs in scale.items()}
+        times[(r["model"], r["ratio"], r["rep"])].append(r["measured_s"])
+    scale = {job: statistics.geometric_mean(ts) for job, ts in times.items()}
     by_config = collections.defaultdict(lambda: collections.defaultdict(list))
     for r in rows:
         by_config[(r["model"], r["ratio"])][r["algorithm"]].append(r)
