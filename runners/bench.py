@@ -37,6 +37,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import bench_report
@@ -201,11 +202,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def run_jobs(args: argparse.Namespace) -> str:
-    """Every repetition of every model (models alternate order per repetition); returns the runs folder."""
+def run_jobs(args: argparse.Namespace, reps: Iterable[int] | None = None) -> str:
+    """Every repetition of every model (models alternate order per repetition), or only ``reps``
+    of them; returns the runs folder."""
     runs = os.path.join(args.out, "runs")
     start = time.perf_counter()
-    for rep in range(args.reps):
+    for rep in range(args.reps) if reps is None else reps:
         for model in (args.models if rep % 2 == 0 else args.models[::-1]):
             spec = job_spec(args, model, rep, os.path.join(runs, model, f"rep{rep}"))
             if args.resume and job_done(spec):

@@ -342,9 +342,9 @@ def main(argv=None) -> int:
     # stopped part way, then resumed or reported, has every ratio measured as often.
     for k in range(0 if args.report_only else args.reps):
         for ratio in ratios:
-            bench.run_jobs(bench.parse_args(["--models", *args.models, "--reps", str(k + 1), "--ratio", str(ratio),
+            bench.run_jobs(bench.parse_args(["--models", *args.models, "--reps", str(args.reps), "--ratio", str(ratio),
                                              "--chunk", str(args.chunk), "--out", folder(ratio)]
-                                            + (["--resume"] if args.resume or k else [])))
+                                            + (["--resume"] if args.resume else [])), reps=[k])
     for ratio in args.ratios:
         rows += rows_of(os.path.join(args.from_bench if ratio == reused else folder(ratio), "runs"), ratio)
     if not rows:

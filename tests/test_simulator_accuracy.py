@@ -65,3 +65,14 @@ def test_the_order_over_repetitions_ignores_how_fast_the_host_ran_each_one(study
     (over,) = study.median_ranking(slow)
     assert (over["right"], over["right_but_ties"], over["swapped"]) == (False, True, ["b < c by 1.0%"])
     assert study.median_ranking(slow) == study.median_ranking(rows())
+
+
+def test_repetitions_go_round_the_ratios_and_rerun_unless_resumed(study, monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(study.bench, "run_jobs", lambda args, reps: calls.append((args.ratio, reps, args.resume)))
+    for resume in ([], ["--resume"]):
+        calls.clear()
+        with pytest.raises(SystemExit, match="no run records"):
+            study.main(["--reps", "2", "--ratios", "2", "4", "--chunk", "1", "--out", str(tmp_path), *resume])
+        assert calls == [(2.0, [0], bool(resume)), (4.0, [0], bool(resume)),
+                         (2.0, [1], bool(resume)), (4.0, [1], bool(resume))]
