@@ -56,7 +56,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             nosync_backward = bp.timed_mean(segs[bp.NOSYNC], "backward")
             # plain@ideal is the job's other compute-only run: how far the reference itself drifted
             plain_backward = bp.timed_mean(segs["plain@ideal"], "backward") if "plain@ideal" in segs else None
-            chunk = _job_chunk(segs)
+            chunk, regime = _job_chunk(segs), bench_report._split(segs)
             for label in bench_report.TIMED:
                 rec = segs.get(label)
                 if rec is None:
@@ -65,7 +65,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                 predicted = bp.predict(rec, profile, skew)
                 own = bp.predict(rec, bp.own_compute(rec, profile), skew)
                 in_run = (rec["summary"].get("predicted") or {}).get("mean_iteration_time")
-                out.append({"model": model, "ratio": ratio, "rep": rep, "chunk": chunk, "algorithm": label, "measured_s": measured,
+                out.append({"model": model, "ratio": ratio, "rep": rep, "chunk": chunk, "regime": regime, "algorithm": label, "measured_s": measured,
                             "predicted_s": predicted, "error": predicted / measured - 1,
                             "own_compute_s": own, "own_error": own / measured - 1,
                             "nosync_only_error": bp.predict(rec, alone, alone_skew) / measured - 1,
@@ -302,8 +302,12 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
     lines += [f"- {r['model']} {r['ratio']:g} {r['algorithm']}: {r['error']:+.1%}; no skew {r['no_skew_s'] / r['measured_s'] - 1:+.1%}"
               + ("" if r["late_ms"] is None else f"; waited beyond the link {r['late_ms']:.1f} ms per iteration")
               + f"; backward {r['backward_x_reference'] - 1:+.1%} over the compute-only runs'" for r in worst]
+    jobs = {(r["model"], r["ratio"], r["rep"]): r["regime"] for r in rows}
+    lines += ["", "The regime of each job, its compute-only run's steady split (2 workers, one per core; the paper "
+              "models' on a GPU: backward about 2x forward, the step small):", ""]
+    lines += [f"- {m} at comm/backward {x:g}, repetition {k}: {regime}" for (m, x, k), regime in sorted(jobs.items())]
     write_text(os.path.join(out, "README.md"), "\n".join(lines) + "\n")
-    write_csv(os.path.join(out, "accuracy.csv"), rows, list(rows[0]))
+    write_csv(os.path.join(out, "accuracy.csv"), rows, [k for k in rows[0] if k != "regime"])  # the README has it
 
 
 def _bench_ratio(folder: str, models: list[str]) -> float:
