@@ -2,10 +2,17 @@
 
 Runs on every worker of the real job, on the real model, data and link:
 
-* forward per unit from forward pre/post hooks (on alternate passes, so the
-  hooks' own cost stays out of the totals), rescaled so the units sum to the
-  forward pass measured on the other passes (loss and parameter-free modules
-  included);
+* forward per unit from forward pre-hooks (on alternate passes, so the
+  hooks' own cost stays out of the totals): from a unit's pre-hook to the next
+  unit's, the last unit's to the end of the pass, rescaled so the units sum to
+  the forward pass measured on the other passes.  Work outside every unit
+  (attention, activations, a tied output head, the loss) is charged to the
+  unit it follows, because what a plan needs is when each unit's pre-hook
+  runs: a unit's own time (pre- to post-hook) left half of GPT-2's forward
+  outside the units (56.7 of 115.7 ms on the compute preset, 29 ms of it the
+  tied head and the loss after ``ln_f``), which the rescaling spread over all
+  units, so the simulator had DeAR's last all-gather and DreamDDP's
+  overlap_forward averages wait 24 ms too late in a 29 ms forward tail;
 * backward per unit from the engine's gradient-ready timeline (the time from
   the previous unit's readiness to this one's; the tail after the last unit
   is charged to the last unit, so the units sum to the backward pass);
@@ -51,7 +58,7 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
     fwd_unit = [[] for _ in units]
     bwd_unit = [[] for _ in units]
     fwd_tot, bwd_tot, steps = [], [], []
-    marks = Stamps(2 * len(units), engine.flat.params.device)  # per unit: forward start, end
+    marks = Stamps(len(units), engine.flat.params.device)  # per unit: its forward pre-hook
     hooks = []
     # Per-unit marks (forward hooks, the engine's gradient-ready stamps) run on odd passes only,
     # which give each unit's share; even passes, unmarked, give the totals the shares scale to.
@@ -63,16 +70,10 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
 
     def pre(i, *_):
         if timing[0]:
-            marks.mark(2 * i)
-
-    def post(i, *_):
-        if timing[0]:
-            marks.mark(2 * i + 1)
+            marks.mark(i)
 
     for u in units:
-        mod = model.get_submodule(u.name)
-        hooks.append(mod.register_forward_pre_hook(functools.partial(pre, u.index)))
-        hooks.append(mod.register_forward_hook(functools.partial(post, u.index)))
+        hooks.append(model.get_submodule(u.name).register_forward_pre_hook(functools.partial(pre, u.index)))
     sample_every = engine.sample_every
     try:
         for t in range(warmup + 2 * iterations):
@@ -84,10 +85,9 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
             loss = loss_fn()
             t1 = clock()
             if timing[0]:
-                at = marks.read()
-                for u in units:
-                    if at[2 * u.index + 1] > 0:
-                        fwd_unit[u.index].append(at[2 * u.index + 1] - at[2 * u.index])
+                for i, seconds in enumerate(forward_intervals(marks.read(), t1 - t0)):
+                    if seconds is not None:
+                        fwd_unit[i].append(seconds)
             loss.backward()
             t2 = clock()
             engine.end_backward()
@@ -132,6 +132,19 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
         meta={"iterations": iterations, "warmup": warmup, "forward_total": sum(fwd), "backward_total": sum(bwd),
               "world": comm.world_size, "compute_by_rank": gather_by_rank(comm, passes), **(meta or {})},
     )
+
+
+def forward_intervals(at: list[float], total: float) -> list[float | None]:
+    """Each unit's forward seconds in one pass of ``total`` seconds, from the pass-relative
+    times of the units' pre-hooks (0.0: the unit did not run, None out): from its pre-hook to
+    the next one in time, the last unit's to the pass's end, the first's from the pass's
+    start.  Ordered by time, not by unit index: a model may call its units in another order."""
+    called = sorted((t, i) for i, t in enumerate(at) if t > 0)
+    out: list[float | None] = [None] * len(at)
+    for k, (t, i) in enumerate(called):
+        end = called[k + 1][0] if k + 1 < len(called) else total
+        out[i] = max(0.0, end - (0.0 if k == 0 else t))
+    return out
 
 
 def _shares(samples: list[list[float]], total: float) -> torch.Tensor:
