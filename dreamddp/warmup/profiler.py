@@ -11,8 +11,8 @@ Runs on every worker of the real job, on the real model, data and link:
   runs: a unit's own time (pre- to post-hook) left half of GPT-2's forward
   outside the units (56.7 of 115.7 ms on the compute preset, 29 ms of it the
   tied head and the loss after ``ln_f``), which the rescaling spread over all
-  units, so the simulator had DeAR's last all-gather and DreamDDP's
-  overlap_forward averages wait 24 ms too late in a 29 ms forward tail;
+  units, so the simulator predicted 12 ms of forward after DeAR's last
+  all-gather where 37 ms ran (results/simulator/README.md, run before this);
 * backward per unit from the engine's gradient-ready timeline (the time from
   the previous unit's readiness to this one's; the tail after the last unit
   is charged to the last unit, so the units sum to the backward pass);
