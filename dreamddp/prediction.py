@@ -33,9 +33,10 @@ from dreamddp.schedule.simulator import Compute, SimResult, Skew, simulate_plan
 _UNKNOWN_BYTES = 2**50
 
 
-def layout_of(profile: Profile, world: int) -> UnitLayout:
-    """The profile's units as an algorithm binds to them.  Bytes: the profile's, else
-    estimated from each unit's measured all-reduce seconds at the profile's link rate."""
+def layout_of(profile: Profile, world: int, grad_clip: float = 0.0) -> UnitLayout:
+    """The profile's units as an algorithm binds to them (``grad_clip``: the run's
+    train.grad_clip).  Bytes: the profile's, else estimated from each unit's measured
+    all-reduce seconds at the profile's link rate."""
     units = profile.units
     if profile.nbytes:
         missing = [u for u in units if u not in profile.nbytes]
@@ -50,7 +51,7 @@ def layout_of(profile: Profile, world: int) -> UnitLayout:
             nbytes = [max(1, int(c * per_s)) if c > 0 else 0 for c in comm]
         else:
             nbytes = [_UNKNOWN_BYTES if c > 0 else 0 for c in comm]
-    return UnitLayout(tuple(units), tuple(nbytes), frozenset(units), world)
+    return UnitLayout(tuple(units), tuple(nbytes), frozenset(units), world, grad_clip=grad_clip)
 
 
 def compute_of(profile: Profile) -> Compute:
@@ -148,12 +149,12 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
              runs: list[list[tuple[int, int]]] | None = None, delayed: list[list[tuple[int, int]]] | None = None,
              world: int = 2, link: LinkModel | None = None, iterations: int | None = None,
              skew: Skew | None = None, carrier: RealTransfer | None = None, carrier_at_step: bool = False,
-             **options) -> SimResult:
+             grad_clip: float = 0.0, **options) -> SimResult:
     """Mean iteration time and exposed wait of ``algo`` (a name, or its Config) over
     ``iterations`` (default: one H-window); ``options`` are its ``algo.*`` fields.
     ``carrier``: the real backend's transfer, for a run whose deferred carrier starts it at
     the first wait (None: the link's times only); ``carrier_at_step``: and at each iteration's end
-    (the step carrier)."""
+    (the step carrier); ``grad_clip``: the trainer's train.grad_clip (a plan may sync for it)."""
     cfg = _config(algo, H, options)
     cls = ALGORITHMS.lookup(cfg.name)
     cls.check(cfg)
@@ -165,7 +166,7 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
         raise ValueError("profile has no units")
     if link is not None and not profile.nbytes:
         raise ValueError("profile has no nbytes: a modelled link needs per-unit bytes; use measured comm times")
-    layout = layout_of(profile, world)
+    layout = layout_of(profile, world, grad_clip)
     bound = bind_to_profile(cfg, profile, layout, link, schedule, runs, delayed)
     real = None if carrier is None else carried_seconds(bound, layout, carrier)
     return simulate_plan(bound.plan, compute_of(profile), op_seconds(profile, layout, link), H=int(cfg.H),
@@ -214,7 +215,8 @@ def simulate_record(profile: Profile, config: Mapping, *, world: int, link: Link
         as_runs = lambda rs: None if rs is None else [[tuple(r) for r in its] for its in rs]  # noqa: E731
         runs, delayed = as_runs(plan.get("runs")), as_runs(plan.get("delayed"))
     return simulate(cfg, profile, schedule=schedule, runs=runs, delayed=delayed, world=world, link=link,
-                    iterations=iterations or cfg.H, skew=skew, carrier=carrier, carrier_at_step=carrier_at_step)
+                    iterations=iterations or cfg.H, skew=skew, carrier=carrier, carrier_at_step=carrier_at_step,
+                    grad_clip=float((config.get("train") or {}).get("grad_clip") or 0.0))
 
 
 def simulated_algorithms() -> list[str]:

@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha-ms", type=float, default=0.0,
                    help="cost of one collective (general scheduler and the modelled link)")
     p.add_argument("--authors-model", action="store_true", help="print the authors' cost model's numbers")
+    p.add_argument("--grad-clip", type=float, default=0.0,
+                   help="the run's train.grad_clip (0: none): plans that sync for the clip norm (DeAR) include it")
     return p
 
 
@@ -72,6 +74,8 @@ def run(args: argparse.Namespace) -> str:
         raise ValueError("--authors-model uses the profile's measured comm times; drop --workers/--gbps")
     if args.alpha_ms < 0:
         raise ValueError(f"--alpha-ms must be >= 0, got {args.alpha_ms}")
+    if args.grad_clip < 0:
+        raise ValueError(f"--grad-clip must be >= 0, got {args.grad_clip}")
     if args.overlap_forward and args.authors_model:
         raise ValueError("--authors-model leaves the forward pass out, so it cannot plan for --overlap-forward")
     profile = load_profile(args.profile_dir)
@@ -102,7 +106,8 @@ def run(args: argparse.Namespace) -> str:
             scheduled = ALGORITHMS[algo].scheduled  # the scheduler's output is theirs
             overlap = {"overlap_forward": True} if scheduled and args.overlap_forward else {}
             r = simulate(algo, profile, H=args.H, schedule=schedule if scheduled else None,
-                         runs=runs if scheduled else None, world=world, link=link, **overlap)
+                         runs=runs if scheduled else None, world=world, link=link, grad_clip=args.grad_clip,
+                         **overlap)
             rows.append((algo + ("+overlap" if overlap else ""), r.mean_iter, r.mean_wait))
         where = f"{args.workers} workers, {args.gbps} Gbit/s" if link else "measured comm times"
         text = _table(rows, f"simulated engine, H={args.H}, {where}, {args.scheduler} schedule")

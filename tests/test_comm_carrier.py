@@ -101,7 +101,8 @@ def test_deferred_carrier_is_bitwise_eager_with_merged_collectives():
 def _train(rank, world, name, carrier, kw):
     torch.manual_seed(0)
     model = small_model()
-    engine = PartialSyncEngine(model, enumerate_units(model), Communicator(carrier=carrier), build(name, **kw))
+    engine = PartialSyncEngine(model, enumerate_units(model), Communicator(carrier=carrier), build(name, **kw),
+                               grad_clip=1.0)
     opt, _ = make_opt("adam", model)
     for t in range(6):
         engine_step(engine, model, opt, t, rank, clip=1.0)
@@ -127,7 +128,7 @@ def _queued_at_iteration_ends(rank, world, carrier):
     model = small_model()
     comm = Communicator(link=EmulatedLink(gbps=10.0, alpha_s=0.0), carrier=carrier)
     engine = PartialSyncEngine(model, enumerate_units(model), comm,
-                               build("streaming_diloco", H=2, fragments=2, tau=1))
+                               build("streaming_diloco", H=2, fragments=2, tau=1), grad_clip=1.0)
     opt, _ = make_opt("adam", model)
     queued = []
     for t in range(6):

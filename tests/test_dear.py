@@ -28,7 +28,8 @@ def odd_model(seed: int = 0) -> nn.Module:
 
 def train(name, comm, rank=0, steps=5, opt_name="sgd", clip=0.0, seen=None, **kw):
     model = odd_model()
-    engine = PartialSyncEngine(model, enumerate_units(model), comm, build_algorithm(algo_cfg(name, **kw)))
+    engine = PartialSyncEngine(model, enumerate_units(model), comm, build_algorithm(algo_cfg(name, **kw)),
+                               grad_clip=clip)
     opt, sched = make_opt(opt_name, model)
     for t in range(steps):
         engine_step(engine, model, opt, t, rank, clip, sched)
@@ -127,6 +128,33 @@ def test_dear_simulator_exact_steady_state():
     r = simulate("dear", p, H=1, iterations=3)
     assert r.per_iter == [pytest.approx((10.6, 3.85))] * 3
     assert simulate("ssgd", p, H=1).mean_iter == 13.75
+    # Clipping: every reduce-scatter completes at the end of backward, then the norm's scalar
+    # all-reduce (no time on the measured link): backward ends at F+9.6 and waits for RS a
+    # until F+10.6 (1.0), the step ends at F+10.85; the next forward finds the link idle and
+    # waits as above (3.1): iteration 10.85, exposed 4.1.
+    r = simulate("dear", p, H=1, iterations=3, grad_clip=1.0)
+    assert r.per_iter == [pytest.approx((10.85, 4.1))] * 3
+    assert [(op.collective, op.complete.value) for op in r.ops[0] if op.launch.value != "before_forward"] == [
+        ("reduce_scatter", "end_of_backward")] * 3 + [("all_reduce", "end_of_backward")]
+
+
+def test_clipping_all_reduces_the_norm_in_the_plan():
+    """Under clipping the norm's all-reduce is a plan op the engine runs at the end of backward,
+    after every reduce-scatter; an engine built without clipping refuses a clipping step."""
+    comm = FakeCommunicator(2, 0, HalfWorld())
+    model = odd_model()
+    engine = PartialSyncEngine(model, enumerate_units(model), comm, build_algorithm(algo_cfg("dear", bucket_mb=CAP_MB)),
+                               grad_clip=0.5)
+    opt, _ = make_opt("sgd", model)
+    stats = engine_step(engine, model, opt, 0, clip=0.5)
+    assert [c.tag for c in comm.calls] == ["rs:0-1", "rs:2-2", "rs:3-3", "grad_norm"]
+    assert [op.collective for op in stats.ops] == ["reduce_scatter"] * 3 + ["all_reduce"]
+    assert stats.grad_norm is not None and stats.grad_norm > 0
+    other = odd_model()
+    plain = PartialSyncEngine(other, enumerate_units(other), FakeCommunicator(2, 0, HalfWorld()),
+                              build_algorithm(algo_cfg("dear", bucket_mb=CAP_MB)))
+    with pytest.raises(ValueError, match="grad_clip"):
+        engine_step(plain, other, make_opt("sgd", other)[0], 0, clip=0.5)
 
 
 def test_an_evaluation_forward_between_iterations_launches_nothing():

@@ -69,14 +69,14 @@ def profile_of(units, seed: int) -> Profile:
                    nbytes={u.name: u.nbytes for u in units}, step_time=0.1)
 
 
-def engine_ops(cfg, profile, world: int, iterations: int):
+def engine_ops(cfg, profile, world: int, iterations: int, grad_clip: float = 0.0):
     """Per iteration: the ops the engine launched, and the kinds the fake communicator carried."""
     net = model()
     units = enumerate_units(net)
     cls = ALGORITHMS.lookup(cfg.name)
     algo = build_algorithm(cfg, cls.setup_from_profile(cfg, profile, 0.0))  # as the warm-up would make it
     comm = FakeCommunicator(world_size=world)
-    engine, train_model = cls.make_engine(net, units, comm, None, sample_every=0)
+    engine, train_model = cls.make_engine(net, units, comm, None, sample_every=0, grad_clip=grad_clip)
     engine.set_algorithm(algo)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(1)
@@ -87,7 +87,7 @@ def engine_ops(cfg, profile, world: int, iterations: int):
         x, y = torch.randn(5, 6, generator=g), torch.randn(5, 3, generator=g)
         nn.functional.mse_loss(train_model(x), y).backward()
         engine.end_backward()
-        engine.step(opt)
+        engine.step(opt, grad_clip)
         stats = engine.after_step()
         calls = comm.calls[before:]
         launched.append(stats.ops)
@@ -118,20 +118,22 @@ def signature(ops) -> Counter:
 
 
 CASES = [(name, opts) for name, variants in VARIANTS.items() for opts in variants]
+CLIP = 0.5  # every case runs unclipped and clipped (plans may sync for the norm: DeAR)
 
 
+@pytest.mark.parametrize("grad_clip", [0.0, CLIP])
 @pytest.mark.parametrize("H", [2, 3, 5])
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("name,options", CASES, ids=[f"{n}-{i}" for n, v in VARIANTS.items() for i in range(len(v))])
-def test_engine_and_simulator_sync_the_same_units(name, options, H, seed):
+def test_engine_and_simulator_sync_the_same_units(name, options, H, seed, grad_clip):
     world, n = 2, 2 * H
     units = enumerate_units(model())
     profile = profile_of(units, seed)
     if "merge_delay" in options:  # below H
         options = {**options, "merge_delay": min(options["merge_delay"], H - 1)}
     cfg = ALGORITHMS.lookup(name).Config(name=name, H=H, **options)
-    launched, carried, grouped = engine_ops(cfg, profile, world, H + n)
-    simulated = simulate(cfg, profile, world=world, iterations=n)
+    launched, carried, grouped = engine_ops(cfg, profile, world, H + n, grad_clip)
+    simulated = simulate(cfg, profile, world=world, iterations=n, grad_clip=grad_clip)
     assert len(simulated.ops) == n
     for k, sim_ops in enumerate(simulated.ops):
         t = H + k  # the simulator drops one warm-up window

@@ -116,6 +116,21 @@ def test_cli_plans_for_overlap_forward(tmp_path, capsys):
     assert on["fwd.json"] < 0.99 * on["end.json"]
 
 
+def test_cli_simulates_dear_with_the_clip_norm(tmp_path, capsys):
+    """--grad-clip: DeAR's reduce-scatters complete at the step, where the norm is all-reduced, so
+    its modelled iteration grows; the algorithms that clip locally do not change."""
+    profile = Path(__file__).resolve().parents[1] / "results" / "bench" / "runs" / "gpt2" / "rep0" / "dreamddp" / "profile"
+    rows = {}
+    for clip in ("0", "1"):
+        link = ["--H", "10", "--workers", "2", "--gbps", "0.07477", "--grad-clip", clip]
+        assert main([str(profile), *link, "--out", str(tmp_path / f"{clip}.json")]) == 0
+        text = capsys.readouterr().out
+        rows[clip] = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                      if line.split() and line.split()[0] in ("dear", "ssgd", "dreamddp")}
+    assert rows["1"]["dear"] > rows["0"]["dear"]
+    assert (rows["1"]["ssgd"], rows["1"]["dreamddp"]) == (rows["0"]["ssgd"], rows["0"]["dreamddp"])
+
+
 @pytest.mark.parametrize(
     "argv,msg",
     [
@@ -124,6 +139,7 @@ def test_cli_plans_for_overlap_forward(tmp_path, capsys):
         ([str(GPT2), "--workers", "4"], "go together"),
         ([str(GPT2), "--workers", "4", "--gbps", "1"], "no nbytes.json"),
         ([str(GPT2), "--authors-model", "--overlap-forward"], "cannot plan for --overlap-forward"),
+        ([str(GPT2), "--grad-clip", "-1"], "--grad-clip must be >= 0"),
     ],
 )
 def test_cli_bad_input(argv, msg, tmp_path, capsys):

@@ -24,7 +24,7 @@ class DDP(Algorithm):
     syncs_itself = True
 
     @classmethod
-    def make_engine(cls, model, units, comm, ctx, *, sample_every: int):
+    def make_engine(cls, model, units, comm, ctx, *, sample_every: int, grad_clip: float = 0.0):
         """DDP around the model (its constructor broadcasts rank 0's parameters), driven
         through the engine's lifecycle calls; every gradient, every iteration, for the record."""
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None  # workers may share a GPU

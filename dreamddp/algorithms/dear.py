@@ -7,10 +7,12 @@ Fusion: consecutive units (backward order) form groups closed once they hold
 1. backward: when a group's last gradient is ready, its gradient slice is
    reduce-scattered (AVG) into a shard of 1/world of it (asynchronously);
 2. ``engine.step`` (the algorithm owns it): snapshot the optimizer's
-   hyperparameters (lr of iteration t); with clipping, wait for every
-   reduce-scatter and clip with the global norm of the averaged gradient
-   (sum of every rank's shard norms, one scalar all-reduce): the norm needs
-   all groups, so clipping exposes the reduce-scatter tail at the step;
+   hyperparameters (lr of iteration t); with clipping (``layout.grad_clip``),
+   the step scales every shard by the clip coefficient of the global norm of
+   the averaged gradient, which the end of backward computed: every
+   reduce-scatter completes there, then one scalar all-reduce sums every
+   rank's shard norms.  The norm needs all groups, so clipping exposes the
+   reduce-scatter tail and the ranks' skew at the step;
 3. next forward, in forward order: in the pre-hook of a group's first unit,
    wait for its all-gather (launched one group earlier: the first at the start
    of forward), launch the next group's all-gather, then apply the group's
@@ -18,9 +20,12 @@ Fusion: consecutive units (backward order) form groups closed once they hold
    class, shared state) and zero its gradient slice;
 4. ``flush`` (before evaluation, a checkpoint, exit) completes every pending group.
 
-Both collectives are in the plan: a reduce-scatter per group (launched at its
-gradient, completed in its next forward) and, from the second iteration on,
-an all-gather per group (launched in the pre-hook of the group before it in
+Every collective is in the plan: a reduce-scatter per group (launched at its
+gradient, completed in its next forward; with clipping, at the end of
+backward), with clipping the norm's all-reduce (a payload made at launch: one
+fp32 scalar, launched and completed at the end of backward, so the link
+carries it behind the reduce-scatters) and, from the second iteration on, an
+all-gather per group (launched in the pre-hook of the group before it in
 forward order, completed in its own).  The plan of the first iteration after
 set-up or a flush has no all-gathers: nothing is pending then.
 
@@ -52,6 +57,8 @@ from dreamddp.schedule.partition import buckets
 torch = lazy("torch")
 substep = lazy("dreamddp.engine.substep")
 
+NORM_BYTES = 4  # the gradient norm's all-reduce under clipping: one fp32 scalar
+
 
 @dataclass
 class DeARConfig(AlgoConfig):
@@ -76,8 +83,12 @@ class DeAR(Algorithm):
 
     def bind_plan(self, layout) -> None:
         self.groups = buckets(list(layout.nbytes), bucket_bytes(self.cfg))
-        rs = tuple(SyncOp(a, b, Payload.GRAD, When.UNIT_READY, When.BEFORE_FORWARD, "reduce_scatter")
-                   for a, b in self.groups)
+        self.clips = layout.grad_clip > 0
+        done = When.END_OF_BACKWARD if self.clips else When.BEFORE_FORWARD  # the norm needs every shard
+        rs = tuple(SyncOp(a, b, Payload.GRAD, When.UNIT_READY, done, "reduce_scatter") for a, b in self.groups)
+        if self.clips:  # its bytes: one fp32 scalar, over the bytes of the units it covers
+            rs += (SyncOp(0, len(layout) - 1, Payload.OUTER, When.END_OF_BACKWARD, When.END_OF_BACKWARD,
+                          scale=NORM_BYTES / layout.run_bytes(0, len(layout) - 1)),)
         ag, at = [], None
         for a, b in sorted(self.groups, key=lambda g: -g[1]):  # forward order: the input side first
             ag.append(SyncOp(a, b, Payload.GRAD, When.BEFORE_FORWARD, When.BEFORE_FORWARD, "all_gather", lag=0, at=at))
@@ -102,6 +113,8 @@ class DeAR(Algorithm):
         engine.flat.zero_grads()  # from here on the algorithm zeroes (warm-up passes left gradients)
 
     def launch(self, engine, op: SyncOp):
+        if op.payload is Payload.OUTER:
+            return self._launch_norm(engine)
         g = self.group_of[op.last]
         if op.collective == "all_gather":
             return self._launch_ag(engine, g)
@@ -121,19 +134,25 @@ class DeAR(Algorithm):
         self.inflight[g] = {"src": src, "padded": padded, "shard": shard, "rs": rs}
         return rs  # the engine also waits it before the group's forward (a no-op by then)
 
+    def _launch_norm(self, engine):
+        """The mean over ranks of their shards' squared norms (the reduce-scatters are done first)."""
+        for s in self.inflight:
+            engine.stats.wait += s["rs"].wait()
+        self.sq = torch.stack([s["shard"].float().square().sum() for s in self.inflight]).sum().reshape(1)
+        return engine.comm.all_reduce_avg(self.sq, tag="grad_norm")
+
     def optimizer_step(self, engine, optimizer, grad_clip: float) -> None:
+        if (grad_clip > 0) != self.clips:
+            raise ValueError(f"dear: its plan was made for train.grad_clip={engine.layout.grad_clip} but the step "
+                             f"clips at {grad_clip}: build the engine with the trainer's grad_clip")
         if self.steppers is None:
             self.steppers = [substep.SubsetStepper(optimizer, substep.unit_params(engine, range(a, b + 1)))
                              for a, b in self.groups]
         self.hyper = substep.snapshot(optimizer)
         substep.mark_stepped(optimizer)
         self.coef = None
-        if grad_clip > 0:
-            for s in self.inflight:
-                engine.stats.wait += s["rs"].wait()
-            sq = torch.stack([s["shard"].float().square().sum() for s in self.inflight]).sum().reshape(1)
-            engine.stats.wait += engine.comm.all_reduce_avg(sq, tag="grad_norm").wait()
-            total = sq.mul_(self.world).sqrt_()
+        if grad_clip > 0:  # the norm's all-reduce completed at the end of backward
+            total = self.sq.mul_(self.world).sqrt_()
             engine.stats.grad_norm = float(total)
             self.coef = torch.clamp(grad_clip / (total + 1e-6), max=1.0)  # FlatModel.clip_grad_norm_'s rule
         self.pending = set(range(len(self.groups)))
@@ -186,5 +205,7 @@ class DeAR(Algorithm):
         out = {"name": self.name, "bucket_mb": self.cfg.bucket_mb,
                "update": "all-gather averaged gradient shards, step each group locally"}
         if hasattr(self, "groups"):
-            out.update(groups=[list(g) for g in self.groups], memory_bytes=self.memory)
+            out.update(groups=[list(g) for g in self.groups], clip_norm_all_reduce=self.clips)
+        if hasattr(self, "memory"):
+            out.update(memory_bytes=self.memory)
         return out

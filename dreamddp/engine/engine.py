@@ -55,15 +55,16 @@ from dreamddp.engine.units import Unit
 
 class PartialSyncEngine:
     def __init__(self, model: nn.Module, units: list[Unit], comm, algorithm, *, sample_every: int = 0,
-                 align_bytes: int | None = None):
+                 align_bytes: int | None = None, grad_clip: float = 0.0):
         self.model = model
         self.units = units
         self.comm = comm
         self.algorithm = algorithm
         self.flat = FlatModel(units, align_bytes)  # None: aligned as the device's own tensors are
+        # grad_clip: the trainer's train.grad_clip, for plans that depend on clipping (layout.py)
         self.layout = UnitLayout(tuple(u.name for u in units), self.flat.unit_nbytes,
                                  frozenset(n for n, _ in model.named_modules() if n), comm.world_size,
-                                 self.flat.params.element_size())
+                                 self.flat.params.element_size(), grad_clip)
         self.clock = clock_for(self.flat.params.device)  # device-synchronised stamps on CUDA
         self.sample_every = sample_every  # record per-unit timelines every k iterations (0: never)
         self.t = -1

@@ -1,4 +1,5 @@
-"""The units as a plan sees them: names, bytes, the model's module names, the world size.
+"""The units as a plan sees them: names, bytes, the model's module names, the world size,
+and whether the trainer clips the global gradient norm.
 
 Torch-free, so the simulator can bind an algorithm to a profile's units
 (``prediction.layout_of``) exactly as the engine binds it to a live
@@ -22,6 +23,9 @@ class UnitLayout:
     modules: frozenset[str]  # every module name of the model (schedule files may name any)
     world: int  # workers taking part in the collectives
     itemsize: int = 4  # bytes per parameter element (a part of a run is cut in whole elements)
+    # train.grad_clip (0: none).  Clipping needs the global gradient norm at the step: a plan
+    # whose gradients are sharded there (DeAR) all-reduces it, and waits for its shards first.
+    grad_clip: float = 0.0
 
     def __post_init__(self) -> None:
         if len(self.names) != len(self.nbytes):
