@@ -102,7 +102,7 @@ def test_on_make_bench_gpt2_the_overlap_plan_gains_what_the_old_one_left(bench_p
     """On make bench's GPT-2 job (committed records, repetition 0) dreamddp+overlap ran the plan the
     scheduler made for overlap_forward, which reaches its bound; DreamDDP's own plan (made for waits
     at the end of backward, what dreamddp+overlap ran before the scheduler planned for overlap)
-    leaves about 2% to that bound on the same profile and link."""
+    leaves over 1% to that bound on the same profile and link (1.3-1.8% over the repetitions)."""
     import json
 
     from dreamddp.prediction import record_link, simulate_record
@@ -117,4 +117,4 @@ def test_on_make_bench_gpt2_the_overlap_plan_gains_what_the_old_one_left(bench_p
     backward_plan = simulate_record(prof, rec["config"], world=2, link=record_link(rec),
                                     plan=segs["dreamddp"]["extra"]["algorithm"], iterations=10).mean_iter
     assert ran == pytest.approx(bound, rel=1e-3)
-    assert backward_plan > 1.015 * bound
+    assert backward_plan > 1.01 * bound
