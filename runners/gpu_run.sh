@@ -11,7 +11,7 @@
 #      one process, no data pipeline): bitwise with deterministic kernels, DreamDDP's host work by
 #      operator (torch.profiler), its variants on GPT-2;  8. overlap_forward's
 #      own plan against DreamDDP's schedule under overlap, GPT-2, one iteration per turn.
-# Run from the repository root after runners/gpu_pack.sh, on the device:
+# Run from the repository root after runners/gpu_pack.sh, on the device (carrying .gpu_carry):
 #   OUT=/some/dir BUDGET_S=520 runners/gpu_run.sh
 # Results: $OUT/summary.txt, $OUT/env.txt, $OUT/cuda_tests.log, $OUT/gpu.tgz (run records,
 # profiles, logs).  SMOKE=1 runs the same steps on this host's CPU with tiny models (a check
@@ -23,6 +23,8 @@ W=${WORK:-/tmp/dreamddp_gpu}
 mkdir -p "$W" "$OUT"
 deadline=$(( $(date +%s) + ${BUDGET_S:-520} ))
 root=$(pwd)
+# what runners/gpu_pack.sh packed (Hydra and the rest, the texts, the tokenised cache)
+[ -f .gpu_carry/pack.tar.xz ] && tar xJf .gpu_carry/pack.tar.xz
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}:$root/.gpu_site"
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONUNBUFFERED=1 WANDB_MODE=disabled HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=1
 PY=${PY:-python3}
@@ -36,7 +38,7 @@ else
 fi
 
 # STEPS: the groups to run, in the order given (default all): tests profiles timed (GPT-2)
-# other (Llama-2 at once beside ResNet-50) reps (repetitions 2 and 3) ddp (DDP against ASC-WFBP
+# other (Llama-2 at once beside ResNet-50) llama2 (Llama-2 alone, timed) reps (repetitions 2 and 3) ddp (DDP against ASC-WFBP
 # and S-SGD) resnet50 (ResNet-50 alone, 3 repetitions) single (one worker: the engine's overhead on an unshared GPU) phases (the engine's
 # cost by phase, one process) overlap (overlap_forward's own plan against DreamDDP's); the word
 # resnet adds the ResNets to timed, other and reps.
@@ -105,6 +107,11 @@ group_other() {
   bench llama2_b llama2 1 14 --only "${LLAMA_B[@]}" --port 29500 "${SET[@]}" $ONE &
   want resnet && bench resnet50 resnet50 1 14 --no-memory --port 29600 "${SET[@]}" data=synthetic
   wait
+}
+# Llama-2 alone on the GPU, every algorithm, one repetition (run 2's two halves ran at once,
+# four processes on the GPU: no comparisons; its memory came from them)
+group_llama2() {
+  bench llama2 llama2 1 14 --no-memory "${SET[@]}" $ONE
 }
 # ResNet-50 alone on the GPU, 3 repetitions (run 1's one ran with the synchronising stamps)
 group_resnet50() {

@@ -29,6 +29,13 @@ def test_intervals_run_from_each_pre_hook_to_the_next_in_time():
     assert forward_intervals([0.0, 0.0], 1.0) == [None, None]
 
 
+def test_a_unit_marked_at_the_pass_start_still_counts():
+    # on CUDA the first unit's event can read 0.0 s after the start event: it ran, and owns the
+    # time to the next pre-hook
+    assert forward_intervals([0.0, 0.4], 1.0, ran=[True, True]) == [pytest.approx(0.4), pytest.approx(0.6)]
+    assert forward_intervals([0.0, 0.4], 1.0, ran=[False, True]) == [None, pytest.approx(1.0)]
+
+
 class SlowTail(nn.Module):
     """Parameter-free work after the last unit, as a tied output head and the loss are."""
 
