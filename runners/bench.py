@@ -34,6 +34,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -121,12 +122,16 @@ def job_spec(args, model: str, rep: int, out: str) -> dict:
 
 def job_done(spec: dict) -> bool:
     """Whether ``spec``'s job already ran to the end in its folder: the same spec, and every
-    segment's record (and, in the memory repetition, every memory record) completed."""
+    segment's record (and, in the memory repetition, every memory record) completed.  A job
+    that also ran the memory segments serves a spec without them (``--resume --no-memory``
+    after a first call with memory keeps that repetition)."""
     out = spec["out"]
     try:
         with open(os.path.join(out, "spec.json")) as f:
-            if json.load(f) != json.loads(json.dumps(spec)):
-                return False
+            made = json.load(f)
+        want = json.loads(json.dumps(spec))
+        if {**made, "memory": None} != {**want, "memory": None} or (want["memory"] and not made["memory"]):
+            return False
         labels = [s["label"] for s in spec["segments"]]
         if spec["memory"]:
             labels += [s["label"] + "@memory" for s in spec["segments"] if s.get("memory", True)]
@@ -141,7 +146,9 @@ def job_done(spec: dict) -> bool:
 
 def job(spec: dict, nproc: int, rep: int, port: int = 29400) -> float:
     out = spec["out"]
-    os.makedirs(out, exist_ok=True)
+    if os.path.isdir(out):  # another job's records (another spec, or cut short) must not mix into this one's
+        shutil.rmtree(out)
+    os.makedirs(out)
     with open(os.path.join(out, "spec.json"), "w") as f:
         json.dump(spec, f, indent=1)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",

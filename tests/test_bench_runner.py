@@ -53,12 +53,21 @@ def test_quick_bench_writes_its_report_and_resume_keeps_the_completed_job(tmp_pa
     spec = json.loads((job / "spec.json").read_text())
     assert spec["source"] == bench_module.source_digest() and bench_module.job_done(spec)
     assert not bench_module.job_done({**spec, "source": "made-by-other-code"})
+    # A job that ran the memory segments serves a spec without them, not the other way round.
+    assert spec["memory"] and bench_module.job_done({**spec, "memory": False})
+    (job / "spec.json").write_text(json.dumps({**spec, "memory": False}))
+    assert not bench_module.job_done(spec)
+    (job / "spec.json").write_text(json.dumps(spec))
 
-    # A job whose spec changed is not the same job: --resume runs it.
+    # A job whose spec changed is not the same job: --resume runs it, in a folder cleared of the
+    # old job's records (a segment the new spec lacks must not mix into its report).
+    (job / "stale").mkdir()
+    (job / "stale" / "run.json").write_text(json.dumps({"status": "completed"}))
     changed = bench(tmp_path, "--resume", "--H", "4")
     assert changed.returncode == 0, changed.stdout + changed.stderr
     assert "completed before" not in changed.stdout
     assert json.loads((job / "spec.json").read_text())["chunk"] == 4
+    assert not (job / "stale").exists()
 
     # A subset without DreamDDP (--only flsgd nosync@ideal) still gets its report: ratios to
     # DreamDDP are n/a, not a crash.
