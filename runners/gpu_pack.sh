@@ -23,3 +23,9 @@ test -d data_cache/shakespeare || { echo "gpu_pack: data_cache/shakespeare missi
 mkdir -p .gpu_carry
 tar cJf .gpu_carry/pack.tar.xz .gpu_site data_cache/shakespeare
 du -sh .gpu_site data_cache/shakespeare .gpu_carry/pack.tar.xz
+# What a device call carries: the tracked tree, untracked files git does not ignore, and the pack,
+# within 64 MiB (the device tool refuses more, and each GPU run's records add a few MiB here).
+travel=$( { git ls-files -z --cached --others --exclude-standard; printf '%s\0' .gpu_carry/pack.tar.xz; } \
+  | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+echo "gpu_pack: a call carries $((travel / 1048576)) MiB of 64"
+[ "$travel" -le $((64 * 1048576)) ] || { echo "gpu_pack: over the device tool's 64 MiB: commit fewer run records" >&2; exit 1; }
