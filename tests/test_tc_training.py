@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -78,7 +79,14 @@ def test_dreamddp_tc_matches_emulated_on_one_schedule(tmp_path):
                  f"bandwidth.gbps={GBPS}", f"bandwidth.calibration={CALIBRATION}", *EAGER)
     assert emu["extra"]["schedule"]["schedule"] == tc["extra"]["schedule"]["schedule"]
     assert tc["summary"]["mean_wait"] > 0.3 * tc["summary"]["mean_iteration_time"]
-    assert abs(_ratio(tc, emu) - 1) < TOLERANCE, (tc["summary"], emu["summary"])
+    # H=2 puts nearly every byte in one iteration of each window: three transfers in six
+    # iterations.  The kernel's shaped TCP now and then takes a quarter second more for one of them
+    # (1.33 s against 1.06-1.11 s measured here), which moves a mean of three by 8%; the median of
+    # the heavy iterations (the same ones in both runs: one schedule) compares the links, not that.
+    heavy = [i for i, r in enumerate(emu["iterations"]) if r["wait"] > 0.5 * max(x["wait"] for x in emu["iterations"])]
+    ratio = statistics.median(tc["iterations"][i]["time"] for i in heavy) / \
+        statistics.median(emu["iterations"][i]["time"] for i in heavy)
+    assert len(heavy) >= 2 and abs(ratio - 1) < TOLERANCE, (ratio, tc["iterations"], emu["iterations"])
 
 
 def _start_and_wait_for_namespaces(run_dir: Path, *overrides: str) -> tuple[subprocess.Popen, list[str]]:
