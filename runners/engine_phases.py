@@ -172,7 +172,7 @@ def _iteration(run: tuple, task: str, batch, step: int, clock) -> list[float]:
     stamps.append(clock())
     engine.end_backward()
     stamps.append(clock())
-    engine.step(optimizer, 0.0)
+    engine.step(optimizer)
     stamps.append(clock())
     engine.after_step()
     stamps.append(clock())

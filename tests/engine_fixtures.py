@@ -49,14 +49,15 @@ def make_opt(name: str, model: nn.Module):
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0 / (1 + t))
 
 
-def engine_step(engine, model: nn.Module, opt, t: int, rank: int = 0, clip: float = 0.0, sched=None, before_step=None):
-    """One training iteration through the engine's lifecycle, as the trainer runs it."""
+def engine_step(engine, model: nn.Module, opt, t: int, rank: int = 0, sched=None, before_step=None):
+    """One training iteration through the engine's lifecycle, as the trainer runs it (clipping at
+    the engine's own grad_clip)."""
     engine.begin_iteration(t)
     loss_of(model, batch(rank, t)).backward()
     engine.end_backward()
     if before_step is not None:
         before_step()
-    engine.step(opt, clip)
+    engine.step(opt)
     if sched is not None:
         sched.step()
     return engine.after_step()

@@ -19,11 +19,11 @@ STEPS = 7
 
 def _train_engine(rank, name, opt_name="sgd", steps=STEPS, on_before_step=None, **kw):
     model = small_model()
-    engine = PartialSyncEngine(model, enumerate_units(model), Communicator(), build(name, **kw))
-    opt = _opt(opt_name, model)
     clip = 1.0 if opt_name == "adam" else 0.0
+    engine = PartialSyncEngine(model, enumerate_units(model), Communicator(), build(name, **kw), grad_clip=clip)
+    opt = _opt(opt_name, model)
     for t in range(steps):
-        engine_step(engine, model, opt, t, rank, clip,
+        engine_step(engine, model, opt, t, rank,
                     before_step=(lambda: on_before_step(engine, t)) if on_before_step else None)
     engine.close()
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach()

@@ -105,7 +105,7 @@ def _train(rank, world, name, carrier, kw):
                                grad_clip=1.0)
     opt, _ = make_opt("adam", model)
     for t in range(6):
-        engine_step(engine, model, opt, t, rank, clip=1.0)
+        engine_step(engine, model, opt, t, rank)
     engine.close()
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
 
@@ -132,7 +132,7 @@ def _queued_at_iteration_ends(rank, world, carrier):
     opt, _ = make_opt("adam", model)
     queued = []
     for t in range(6):
-        engine_step(engine, model, opt, t, rank, clip=1.0)
+        engine_step(engine, model, opt, t, rank)
         queued.append(bool(comm._deferred._queue))
     engine.close()
     return queued, torch.nn.utils.parameters_to_vector(model.parameters()).detach()

@@ -27,13 +27,13 @@ def peer_zeros(kind, tag, t):
 def train(comm, overlap, rank=0, steps=6, opt_name="sgd", clip=0.0, on_engine=None):
     model = small_model()
     algo = build("dreamddp", SCHED, H=2, overlap_forward=overlap)
-    engine = PartialSyncEngine(model, enumerate_units(model), comm, algo)
+    engine = PartialSyncEngine(model, enumerate_units(model), comm, algo, grad_clip=clip)
     opt, sched = make_opt(opt_name, model)
     if on_engine:
         on_engine(engine, model)
     waits = []
     for t in range(steps):
-        waits.append(engine_step(engine, model, opt, t, rank, clip, sched).wait)
+        waits.append(engine_step(engine, model, opt, t, rank, sched).wait)
     engine.flush()
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone(), engine, waits
 
@@ -89,9 +89,9 @@ def _slow_link(rank, world):
                 events["equal"].append(all(torch.equal(g, mine) for g in gathered))
                 real_complete(eng, op)
 
-            def step(opt, clip=0.0):
+            def step(opt):
                 events["inflight_at_step"] += sum(not h.done() for h in handles.values())
-                real_step(opt, clip)
+                real_step(opt)
 
             def check(u):
                 def hook(_module, _args):

@@ -87,7 +87,7 @@ def engine_ops(cfg, profile, world: int, iterations: int, grad_clip: float = 0.0
         x, y = torch.randn(5, 6, generator=g), torch.randn(5, 3, generator=g)
         nn.functional.mse_loss(train_model(x), y).backward()
         engine.end_backward()
-        engine.step(opt, grad_clip)
+        engine.step(opt)
         stats = engine.after_step()
         calls = comm.calls[before:]
         launched.append(stats.ops)

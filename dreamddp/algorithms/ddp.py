@@ -29,4 +29,4 @@ class DDP(Algorithm):
         through the engine's lifecycle calls; every gradient, every iteration, for the record."""
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None  # workers may share a GPU
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
-        return passthrough.PassthroughEngine(ddp, units, sum(u.nbytes for u in units)), ddp
+        return passthrough.PassthroughEngine(ddp, units, sum(u.nbytes for u in units), grad_clip), ddp

@@ -142,9 +142,6 @@ class DeAR(Algorithm):
         return engine.comm.all_reduce_avg(self.sq, tag="grad_norm")
 
     def optimizer_step(self, engine, optimizer, grad_clip: float) -> None:
-        if (grad_clip > 0) != self.clips:
-            raise ValueError(f"dear: its plan was made for train.grad_clip={engine.layout.grad_clip} but the step "
-                             f"clips at {grad_clip}: build the engine with the trainer's grad_clip")
         if self.steppers is None:
             self.steppers = [substep.SubsetStepper(optimizer, substep.unit_params(engine, range(a, b + 1)))
                              for a, b in self.groups]

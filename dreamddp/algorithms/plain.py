@@ -22,4 +22,4 @@ class Plain(Algorithm):
     @classmethod
     def make_engine(cls, model, units, comm, ctx, *, sample_every: int, grad_clip: float = 0.0):
         """The bare model behind the engine's lifecycle calls: no hooks, no flat buffers."""
-        return passthrough.PassthroughEngine(model, units, 0), model
+        return passthrough.PassthroughEngine(model, units, 0, grad_clip), model

@@ -5,7 +5,7 @@ Per iteration t the training loop calls::
     engine.begin_iteration(t)     # fetch the algorithm's plan, zero gradients
     loss = model(batch); loss.backward()   # hooks launch UNIT_READY ops
     engine.end_backward()         # launch END_OF_BACKWARD ops, wait for those due now
-    engine.step(optimizer, clip)  # clip + optimizer step
+    engine.step(optimizer)        # clip (at the engine's grad_clip) + optimizer step
     engine.after_step()           # launch/wait AFTER_STEP ops, close the books
 
 Each op of the plan is launched at its launch point (``algorithm.launch``
@@ -14,7 +14,7 @@ iterations later (the handle is waited for, then ``algorithm.on_complete``);
 forward pre-hooks, when the algorithm asks for them, serve BEFORE_FORWARD
 launches and completions.  Algorithms that apply updates outside the plain
 step (dear, dreamddp with ``overlap_forward``) set ``owns_optimizer_step``:
-``step`` then hands the trainer's optimizer and clip value to
+``step`` then hands the trainer's optimizer and the engine's clip value to
 ``algorithm.optimizer_step`` instead of clipping and stepping itself;
 ``owns_grad_zeroing`` stops ``begin_iteration`` from zeroing gradients that a
 deferred update still has to read.
@@ -61,7 +61,8 @@ class PartialSyncEngine:
         self.comm = comm
         self.algorithm = algorithm
         self.flat = FlatModel(units, align_bytes)  # None: aligned as the device's own tensors are
-        # grad_clip: the trainer's train.grad_clip, for plans that depend on clipping (layout.py)
+        # grad_clip: the trainer's train.grad_clip, the one value both the plan (a plan may sync
+        # for the clip norm: layout.py) and ``step`` read
         self.layout = UnitLayout(tuple(u.name for u in units), self.flat.unit_nbytes,
                                  frozenset(n for n, _ in model.named_modules() if n), comm.world_size,
                                  self.flat.params.element_size(), grad_clip)
@@ -128,7 +129,8 @@ class PartialSyncEngine:
             self._complete(self._due_forward.pop(key))
         self._wait(When.END_OF_BACKWARD)
 
-    def step(self, optimizer: torch.optim.Optimizer, grad_clip: float = 0.0) -> None:
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        grad_clip = self.layout.grad_clip
         if self.algorithm.owns_optimizer_step:
             # The algorithm applies (or defers) the update itself, clipping included.
             self.algorithm.optimizer_step(self, optimizer, grad_clip)

@@ -19,8 +19,9 @@ from dreamddp.engine.units import Unit
 
 
 class PassthroughEngine:
-    def __init__(self, model: nn.Module, units: list[Unit], bytes_per_iteration: int):
+    def __init__(self, model: nn.Module, units: list[Unit], bytes_per_iteration: int, grad_clip: float = 0.0):
         self.model = model
+        self.grad_clip = grad_clip  # train.grad_clip (0: none)
         self.units = units
         self.params = [p for u in units for p in u.params]
         self._bytes = bytes_per_iteration
@@ -39,9 +40,9 @@ class PassthroughEngine:
     def end_backward(self) -> None:
         self.stats.backward_end = self.clock()
 
-    def step(self, optimizer: torch.optim.Optimizer, grad_clip: float = 0.0) -> None:
-        if grad_clip > 0:
-            self.stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, grad_clip, foreach=True))
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.grad_clip > 0:
+            self.stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True))
         optimizer.step()
 
     def after_step(self) -> IterationStats:

@@ -200,7 +200,7 @@ class Run:
             loss.backward()
             t2 = engine.clock()
             engine.end_backward()
-            engine.step(self.optimizer, tc.grad_clip)
+            engine.step(self.optimizer)
             self.lr_schedule.step()
             stats = engine.after_step()
             row = {

@@ -65,7 +65,7 @@ class Warmup:
     def backward_time(self) -> float:
         """Seconds of one backward pass (all ranks agree: the slowest sets it); no traffic."""
         prof = measure_profile(self.engine, self.comm, self.optimizer, self.loss_fn,
-                               iterations=CALIBRATION_ITERATIONS, grad_clip=self.cfg.train.grad_clip, comm_repeats=0)
+                               iterations=CALIBRATION_ITERATIONS, comm_repeats=0)
         return prof.meta["backward_total"]
 
     def profile(self) -> Profile:
@@ -74,7 +74,6 @@ class Warmup:
         cfg = self.cfg
         profile = measure_profile(
             self.engine, self.comm, self.optimizer, self.loss_fn, iterations=cfg.warmup.profile_iterations,
-            grad_clip=cfg.train.grad_clip,
             meta={"model": f"{cfg.model.name}/{cfg.model.size}", "link": self.comm.link.describe()},
         )
         self.recorder.save_profile(profile)

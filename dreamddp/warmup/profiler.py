@@ -51,7 +51,7 @@ from dreamddp.schedule.profile import Profile
 
 
 def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor], *, iterations: int,
-                    grad_clip: float = 0.0, warmup: int = 2, comm_repeats: int = 3, meta: dict | None = None) -> Profile:
+                    warmup: int = 2, comm_repeats: int = 3, meta: dict | None = None) -> Profile:
     units = engine.units
     model = engine.model
     state = _snapshot(engine, optimizer)
@@ -91,7 +91,7 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
             loss.backward()
             t2 = clock()
             engine.end_backward()
-            engine.step(optimizer, grad_clip)
+            engine.step(optimizer)
             t3 = clock()
             stats = engine.after_step()
             if t < warmup:
