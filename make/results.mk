@@ -14,12 +14,16 @@ SWEEP_WANDB ?= disabled
 RESULTS ?= results
 RUNS ?= $(RESULTS)/runs
 
-.PHONY: figures paper-cpu results-wandb scheduler-reference bench bench-skew simulator-accuracy merge-delay compute-split engine-phases gpu gpu-reports
+.PHONY: figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew simulator-accuracy merge-delay compute-split engine-phases gpu gpu-reports
 
 BENCH_ARGS ?=
 
 bench: venv ## every algorithm side by side in the compute regime, 2 workers (one per core), 3 repetitions -> results/bench/README.md (~40 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/bench.py $(BENCH_ARGS)
+
+# Llama-2 and ResNet-50 do not fit make bench's 45 minutes with three repetitions: one, two timed windows.
+bench-large: venv ## every algorithm on the compute-regime Llama-2 and ResNet-50, 2 workers, 1 repetition -> results/bench_large/README.md (~15 min)
+	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/bench.py --models llama2 resnet50 --reps 1 --iterations 22 --no-memory --out results/bench_large $(BENCH_ARGS)
 
 bench-skew: venv ## the same with 4 workers on 2 cores, small presets: what the workers' skew costs -> results/bench_skew/README.md (~30 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/bench.py --preset small --nproc 4 --out results/bench_skew $(BENCH_ARGS)
