@@ -24,9 +24,9 @@ from engine_fixtures import algo_cfg
 
 def test_intervals_run_from_each_pre_hook_to_the_next_in_time():
     # units 3, 1, 0 ran in that order (unit 2 not at all); the pass took 1 s
-    assert forward_intervals([0.5, 0.3, 0.0, 0.1], 1.0) == [pytest.approx(0.5), pytest.approx(0.2), None,
-                                                          pytest.approx(0.3)]
-    assert forward_intervals([0.0, 0.0], 1.0) == [None, None]
+    assert forward_intervals([0.5, 0.3, 0.0, 0.1], 1.0, [True, True, False, True]) == [
+        pytest.approx(0.5), pytest.approx(0.2), None, pytest.approx(0.3)]
+    assert forward_intervals([0.0, 0.0], 1.0, [False, False]) == [None, None]
 
 
 def test_a_unit_marked_at_the_pass_start_still_counts():

@@ -134,14 +134,13 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
     )
 
 
-def forward_intervals(at: list[float], total: float, ran: list[bool] | None = None) -> list[float | None]:
+def forward_intervals(at: list[float], total: float, ran: list[bool]) -> list[float | None]:
     """Each unit's forward seconds in one pass of ``total`` seconds, from the pass-relative
-    times of the units' pre-hooks (``ran[i]`` False, or without ``ran`` a time of 0.0: the unit
-    did not run, None out): from its pre-hook to the next one in time, the last unit's to the
-    pass's end, the first's from the pass's start.  Ordered by time, not by unit index: a model
-    may call its units in another order.  ``ran`` matters on CUDA, where the first unit's event
-    can read 0.0 s after the pass's start event when no kernel runs between them."""
-    ran = ran if ran is not None else [t > 0 for t in at]
+    times of the units' pre-hooks (``ran[i]`` False: the unit did not run, None out): from its
+    pre-hook to the next one in time, the last unit's to the pass's end, the first's from the
+    pass's start.  Ordered by time, not by unit index: a model may call its units in another
+    order.  Whether a unit ran is asked of the marks, not read off a time of 0.0: on CUDA the
+    first unit's event can read 0.0 s after the pass's start event."""
     called = sorted((t, i) for i, (t, r) in enumerate(zip(at, ran)) if r)
     out: list[float | None] = [None] * len(at)
     for k, (t, i) in enumerate(called):
