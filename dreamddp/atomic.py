@@ -31,9 +31,10 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         raise
 
 
-def write_json(path: str | os.PathLike, data, indent: int = 1) -> None:
-    """``data`` as JSON (non-JSON values via ``str``), atomically."""
-    write_text(path, json.dumps(data, indent=indent, default=str) + "\n")
+def write_json(path: str | os.PathLike, data, indent: int | None = 1) -> None:
+    """``data`` as JSON (non-JSON values via ``str``), atomically; ``indent=None``: compact."""
+    separators = (",", ":") if indent is None else None
+    write_text(path, json.dumps(data, indent=indent, separators=separators, default=str) + "\n")
 
 
 def write_csv(path: str | os.PathLike, rows: list[dict], columns: list[str] | None = None) -> None:
