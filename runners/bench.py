@@ -149,8 +149,7 @@ def job(spec: dict, nproc: int, rep: int, port: int = 29400) -> float:
     if os.path.isdir(out):  # another job's records (another spec, or cut short) must not mix into this one's
         shutil.rmtree(out)
     os.makedirs(out)
-    with open(os.path.join(out, "spec.json"), "w") as f:
-        json.dump(spec, f, indent=1)
+    write_json(os.path.join(out, "spec.json"), spec)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),

@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Optional
 
-from dreamddp.atomic import write_text
+from dreamddp.atomic import write_json
 from dreamddp.run.record import RECORD_NAME
 
 COMPACT_VERSION = 1
@@ -191,6 +191,6 @@ def write_compact(runs: Iterable[dict], out_dir: str | Path) -> list[Path]:
         folder = Path(out_dir) / (f"{run['study']}_{run['scale']}" if run["scale"] else run["study"])
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{safe_name(run['name'])}.json"
-        write_text(path, json.dumps(run, indent=1, sort_keys=False) + "\n")
+        write_json(path, run)
         written.append(path)
     return written
