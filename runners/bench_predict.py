@@ -16,7 +16,8 @@ that noise (nosync / plain, medians: 0.99-1.00 in make bench, 0.97-1.01 in
 make bench-skew); the mean of two interleaved samples of the same compute
 has half the variance of one.
 
-- ``predict``: the simulator, skew sampled from the compute-only runs' ranks, over many windows,
+- ``predict``: the simulator, skew sampled from the compute-only runs' ranks (each rank on its
+  own; ``reference_skew(joint=True)`` draws them iteration by iteration, as they moved together), over many windows,
   with the real transfer the run's deferred carrier exposes at its waits (as its
   start-up probe measured it);
 - ``own_compute``: the profile charged the run's own compute instead (a diagnostic);
@@ -152,13 +153,39 @@ def own_compute(rec: dict, profile: Profile) -> Profile:
     return replace(scaled(profile, bp=k), step_time=profile.step_time * k)
 
 
-def reference_skew(segs: dict, profile: Profile, seed: int = 0, labels: tuple[str, ...] = COMPUTE_ONLY):
+def reference_skew(segs: dict, profile: Profile, seed: int = 0, labels: tuple[str, ...] = COMPUTE_ONLY,
+                   joint: bool = False):
     """Every rank's compute per iteration: the quantiles the compute-only runs recorded, a rank's
-    from both runs together."""
+    from both runs together, each rank drawn on its own.  ``joint``: their series instead, iteration
+    by iteration, every rank's draw from the same iteration (None for records without series)."""
     runs = [segs[label]["extra"].get("compute_by_rank") or [] for label in labels if label in segs]
     ranks = min((len(r) for r in runs), default=0)
-    by_rank = [[q for r in runs for q in r[i]["quantiles"]] for i in range(ranks)]
-    return skew_of(by_rank, profile, seed) if ranks > 1 else None
+    if ranks < 2:
+        return None
+    if not joint:
+        return skew_of([[q for r in runs for q in r[i]["quantiles"]] for i in range(ranks)], profile, seed)
+    if not all("series" in r[i] for r in runs for i in range(ranks)):
+        return None
+    by_rank = [[x for r in runs for x in r[i]["series"]] for i in range(ranks)]
+    return replace(skew_of(by_rank, profile, seed), joint=True)
+
+
+def rank_correlation(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> float | None:
+    """How the ranks' compute per iteration moves together in the compute-only runs: the mean
+    over pairs of ranks of the Pearson correlation of their series, each run centred on its own
+    means (None for records without series)."""
+    centred = []
+    for label in labels:
+        by_rank = (segs.get(label) or {}).get("extra", {}).get("compute_by_rank") or []
+        if len(by_rank) < 2 or not all("series" in r for r in by_rank):
+            return None
+        a = np.array([r["series"] for r in by_rank], dtype=float)
+        centred.append(a - a.mean(axis=1, keepdims=True))
+    if not centred:
+        return None
+    a = np.concatenate(centred, axis=1)
+    c = np.corrcoef(a)
+    return float(np.mean(c[np.triu_indices(len(a), 1)]))
 
 
 def _simulate(rec: dict, profile: Profile, skew, windows: int, real: bool):

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from dreamddp.run.summary import warmup_cut
+
 
 @pytest.mark.parametrize("scheduler", ["dreamddp", "general"])
 def test_dreamddp_run_records_prediction_close_to_measurement(tmp_path, scheduler):
@@ -37,6 +39,11 @@ def test_dreamddp_run_records_prediction_close_to_measurement(tmp_path, schedule
     assert link["carrier"] == "deferred" and [b for b, _ in link["real_transfer_ms"]] == [256 * 1024, 1 << 20, 4 << 20, 16 << 20]
     assert all(ms > 0 for _, ms in link["real_transfer_ms"])
     assert rec["extra"]["schedule"]["source"] == f"profiled ({scheduler})"
+    # every rank's compute per timed iteration, aligned by iteration (the skew drawn together)
+    by_rank = rec["extra"]["compute_by_rank"]
+    timed = rec["iterations"][warmup_cut(len(rec["iterations"])):]
+    assert [r["rank"] for r in by_rank] == [0, 1] and len({len(r["series"]) for r in by_rank}) == 1
+    assert by_rank[0]["series"] == pytest.approx([r["time"] - r["wait"] for r in timed])
     if scheduler == "general":  # every unit exactly once per window, as the collectives say
         runs = rec["extra"]["algorithm"].get("runs") or [[[u, u] for u in g] for g in groups]
         assert sorted(u for its in runs for a, b in its for u in range(a, b + 1)) == list(range(n_units))

@@ -7,11 +7,13 @@ backward ends at 6.5.  Measured all-reduce c=4, b=1, a=2 (sum 7).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from dreamddp.comm.cost import LinkModel
 from dreamddp.prediction import simulate, simulated_algorithms
 from dreamddp.schedule.profile import Profile
+from dreamddp.schedule.simulator import Skew
 
 UNITS = ["c", "b", "a"]  # backward order
 
@@ -173,3 +175,29 @@ def test_step_carrier_starts_the_late_ones_as_the_iteration_ends():
     # nothing late, nothing queued at an iteration's end: the same as deferred
     in_place = dict(schedule={"c": [0], "b": [0], "a": [1]}, **fast)
     assert run("dreamddp", p, **in_place, carrier_at_step=True) == run("dreamddp", p, **in_place)
+
+
+def one_unit() -> Profile:
+    """Compute is backward alone (1 s), the all-reduce free: an iteration of S-SGD is the slowest
+    rank's compute, whatever the skew draws."""
+    return Profile(units=["a"], bp={"a": 1.0}, comm={"a": 0.0}, fwd={"a": 0.0}, step_time=0.0)
+
+
+def test_skew_drawn_together_keeps_how_the_ranks_moved():
+    # Measured: in every iteration one rank took 1.0 and the other 1.5, never both the same.
+    apart = [np.array([1.0, 1.5]), np.array([1.5, 1.0])]
+    together = simulate("ssgd", one_unit(), H=2, iterations=40, world=2, skew=Skew(apart, joint=True))
+    assert together.mean_iter == pytest.approx(1.5)  # each iteration waits for the 1.5 s rank
+    # Each rank on its own, some iterations draw 1.0 for both: less than any measured iteration took.
+    alone = simulate("ssgd", one_unit(), H=2, iterations=40, world=2, skew=Skew(apart))
+    assert 1.0 < alone.mean_iter < 1.5
+    # A slow spell that slows both ranks alike is no skew when drawn together.
+    alike = [np.array([1.0, 1.5]), np.array([1.0, 1.5])]
+    res = simulate("ssgd", one_unit(), H=2, iterations=40, world=2, skew=Skew(alike, joint=True))
+    assert {round(t, 9) for t, _ in res.per_iter} == {1.0, 1.5}  # each iteration as both ranks took it
+    assert res.mean_wait == pytest.approx(0.0)  # neither waits for the other
+
+
+def test_joint_skew_needs_aligned_samples():
+    with pytest.raises(ValueError, match="same number of samples"):
+        Skew([np.array([1.0, 1.1]), np.array([1.0])], joint=True)

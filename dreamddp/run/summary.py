@@ -58,15 +58,17 @@ QUANTILES = [q / 20 for q in range(21)]  # 0, 5%, ..., 100%
 
 
 def compute_summary(by_rank: list[list[float]]) -> list[dict]:
-    """Per rank, its compute seconds per timed iteration as a compact distribution: the mean
-    and 21 quantiles (what the simulator samples for the ranks' skew)."""
+    """Per rank, its compute seconds per timed iteration: the mean, 21 quantiles (the spread
+    of each rank alone) and the series itself, aligned by iteration across ranks (what the
+    simulator samples for the ranks' skew: whole iterations of every rank together, so a
+    slow spell of the host that slows every rank is not taken for skew between them)."""
     out = []
     for r, values in enumerate(by_rank):
         if not values:
             continue
         ordered = sorted(values)
         quantiles = [ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] for q in QUANTILES]
-        out.append({"rank": r, "mean": statistics.fmean(values), "quantiles": quantiles})
+        out.append({"rank": r, "mean": statistics.fmean(values), "quantiles": quantiles, "series": list(values)})
     return out
 
 

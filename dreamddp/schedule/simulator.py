@@ -27,8 +27,11 @@ Ranks are simulated side by side: each draws its compute time per iteration
 from its own measured distribution (``Skew``: multiplicative factors on the
 profile), so a plan that synchronises every iteration pays, every iteration,
 for the slowest rank (the expected maximum over ranks, sampled), while one
-that synchronises once per window pays for the ranks' drift once.  Without
-skew all ranks are the profile and the result is exact.
+that synchronises once per window pays for the ranks' drift once.  Drawn
+``joint``, the ranks' samples are whole measured iterations (every rank's
+compute in one of them), which keeps how they moved together: on a shared
+host a slow spell slows every worker, and drawn apart it would count as skew.
+Without skew all ranks are the profile and the result is exact.
 
 The link is not emptied between iterations: ops with ``lag`` (Streaming
 DiLoCo, DreamDDP's delayed merge), forward-completed ops (DeAR, DreamDDP with
@@ -65,11 +68,16 @@ class Skew:
 
     factors: list[np.ndarray]
     seed: int = 0
+    # True: the ranks' samples are aligned (sample k of every rank is the same iteration) and
+    # are drawn together, keeping how the ranks move together; False: each rank on its own
+    joint: bool = False
 
     def __post_init__(self) -> None:
         self.factors = [np.asarray(f, dtype=float) for f in self.factors]
         if not self.factors or any(f.size == 0 or not np.all(f > 0) for f in self.factors):
             raise ValueError("Skew: every rank needs at least one positive compute factor")
+        if self.joint and len({f.size for f in self.factors}) != 1:
+            raise ValueError("Skew: joint samples need the same number of samples for every rank")
 
     @classmethod
     def of(cls, by_rank, total: float, seed: int = 0) -> "Skew | None":
@@ -129,6 +137,8 @@ def _draws(skew: Skew | None, ranks: int, n: int) -> np.ndarray:
     if skew is None:
         return np.ones((n, ranks))
     rng = np.random.default_rng(skew.seed)
+    if skew.joint:
+        return np.stack(skew.factors, axis=1)[rng.integers(skew.factors[0].size, size=n)]
     return np.stack([rng.choice(f, size=n) for f in skew.factors], axis=1)
 
 
