@@ -16,8 +16,8 @@ that noise (nosync / plain, medians: 0.99-1.00 in make bench, 0.97-1.01 in
 make bench-skew); the mean of two interleaved samples of the same compute
 has half the variance of one.
 
-- ``predict``: the simulator, skew sampled from the compute-only runs' ranks (each rank on its
-  own; ``reference_skew(joint=True)`` draws them iteration by iteration, as they moved together), over many windows,
+- ``predict``: the simulator, skew sampled from the compute-only runs' ranks (iteration by
+  iteration, as they moved together, where the records hold the series), over many windows,
   with the real transfer the run's deferred carrier exposes at its waits (as its
   start-up probe measured it);
 - ``own_compute``: the profile charged the run's own compute instead (a diagnostic);
@@ -154,20 +154,20 @@ def own_compute(rec: dict, profile: Profile) -> Profile:
 
 
 def reference_skew(segs: dict, profile: Profile, seed: int = 0, labels: tuple[str, ...] = COMPUTE_ONLY,
-                   joint: bool = False):
-    """Every rank's compute per iteration: the quantiles the compute-only runs recorded, a rank's
-    from both runs together, each rank drawn on its own.  ``joint``: their series instead, iteration
-    by iteration, every rank's draw from the same iteration (None for records without series)."""
+                   together: bool = True):
+    """Every rank's compute per iteration in the compute-only runs, both runs' together.
+    ``together``: their series, every rank's draw from the same measured iteration (on a shared
+    host a slow spell slows every worker: drawn apart it would count as skew); records without
+    series (before they were kept) and ``together=False``: each rank's quantiles, drawn on its
+    own.  The Skew's ``joint`` says which."""
     runs = [segs[label]["extra"].get("compute_by_rank") or [] for label in labels if label in segs]
     ranks = min((len(r) for r in runs), default=0)
     if ranks < 2:
         return None
-    if not joint:
-        return skew_of([[q for r in runs for q in r[i]["quantiles"]] for i in range(ranks)], profile, seed)
-    if not all("series" in r[i] for r in runs for i in range(ranks)):
-        return None
-    by_rank = [[x for r in runs for x in r[i]["series"]] for i in range(ranks)]
-    return replace(skew_of(by_rank, profile, seed), joint=True)
+    if together and all("series" in r[i] for r in runs for i in range(ranks)):
+        by_rank = [[x for r in runs for x in r[i]["series"]] for i in range(ranks)]
+        return replace(skew_of(by_rank, profile, seed), joint=True)
+    return skew_of([[q for r in runs for q in r[i]["quantiles"]] for i in range(ranks)], profile, seed)
 
 
 def rank_correlation(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> float | None:

@@ -348,7 +348,8 @@ _READING = """## How to read it
 - *predicted*: the simulator (dreamddp/schedule/simulator.py) on the job's own measurements: the
   DreamDDP segment's per-unit profile, the steady compute of the two compute-only segments
   (nosync@ideal and plain@ideal, pooled: one run's compute drifts with the host) and every rank's
-  spread of it (sampled: a sync point waits for the slowest rank), the link as recorded, the run's plan,
+  compute per iteration in them (whole measured iterations, every rank's together where the records keep
+  the series: a sync point waits for the slowest rank), the link as recorded, the run's plan,
   and the real transfer its deferred carrier runs at the first wait (gloo's all-reduces probed at
   the run's start-up, `extra.link.real_transfer_ms`).
 - Runs are interleaved {interleave} at a time inside each job, so every algorithm samples the

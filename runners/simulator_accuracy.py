@@ -6,10 +6,11 @@ all-reduce of all parameters over the steady backward pass (``--ratios``).
 For every timed run the simulator predicts its mean iteration time from the
 same job's measurements only (runners/bench_predict.py: DreamDDP's per-unit
 profile, the compute of the job's two compute-only runs (nosync and plain,
-pooled) and every rank's spread of it, the recorded link, the run's own
-plan), and the run's own in-run prediction (its start-up profile, ``summary.predicted``) is shown where it made one;
-beside it, the prediction with the ranks' compute drawn together, iteration by iteration as the
-compute-only runs measured them (records with ``compute_by_rank`` series), instead of each rank on its own.
+pooled) and every rank's compute per iteration in them, drawn whole measured iterations at a
+time, every rank's together (records with ``compute_by_rank`` series; older ones: each rank on
+its own, from its quantiles), the recorded link, the run's own plan); beside it the same with
+each rank drawn on its own, and the run's own in-run prediction (its start-up profile,
+``summary.predicted``) where it made one.
 The table: predicted vs measured per run, median and 95th-percentile absolute
 error, and whether the simulator orders the algorithms as measured in every
 configuration (where it does not, the swapped pairs and how far apart they
@@ -51,8 +52,8 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             profile = bp.steady_profile(segs)
             if profile is None:
                 continue
-            skew = bp.reference_skew(segs, profile)
-            together = bp.reference_skew(segs, profile, joint=True)  # None for records without series
+            skew = bp.reference_skew(segs, profile)  # the ranks drawn together where the records allow
+            apart = bp.reference_skew(segs, profile, together=False) if skew is not None and skew.joint else None
             corr = bp.rank_correlation(segs)
             # what nosync alone as the reference would predict (the pooled reference's module docstring)
             alone = bp.steady_profile(segs, (bp.NOSYNC,))
@@ -67,12 +68,14 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                     continue
                 measured = rec["summary"]["mean_iteration_time"]
                 predicted = bp.predict(rec, profile, skew)
-                joint = None if together is None else bp.predict(rec, profile, together)
+                drawn_apart = None if apart is None else bp.predict(rec, profile, apart)
                 own = bp.predict(rec, bp.own_compute(rec, profile), skew)
                 in_run = (rec["summary"].get("predicted") or {}).get("mean_iteration_time")
                 out.append({"model": model, "ratio": ratio, "rep": rep, "chunk": chunk, "regime": regime, "algorithm": label, "measured_s": measured,
                             "predicted_s": predicted, "error": predicted / measured - 1,
-                            "joint_s": joint, "joint_error": None if joint is None else joint / measured - 1,
+                            "skew_drawn": "together" if skew is not None and skew.joint else "apart",
+                            "apart_s": drawn_apart,
+                            "apart_error": None if drawn_apart is None else drawn_apart / measured - 1,
                             "rank_correlation": corr,
                             "syncs_every_iteration": all(r["bytes"] > 0 for r in bp.timed(rec)),
                             "own_compute_s": own, "own_error": own / measured - 1,
@@ -163,29 +166,32 @@ def _pairs_line(pair: dict, over_reps: list[dict]) -> str:
     return line
 
 
-def _joint_line(rows: list[dict]) -> str:
-    """The skew drawn as the ranks measured it, iteration by iteration: what the independent
-    draws of the prediction charge beyond how the ranks really moved apart."""
-    joint = [r for r in rows if r["joint_error"] is not None]
-    if not joint:
-        return ""
-    med, p95, right, ties, n = accuracy(joint, "joint_error", "joint_s")
-    corr = sorted({(r["model"], r["ratio"], r["rep"]): r["rank_correlation"] for r in joint}.values())
-    def skew_ms(rs, field):  # mean over runs of what the skew adds to the no-skew plan, ms per iteration
-        return 1e3 * statistics.fmean(r[field] - r["no_skew_s"] for r in rs)
-    syncing = [r for r in joint if r["syncs_every_iteration"]]
-    windowed = [r for r in joint if not r["syncs_every_iteration"]]
+def _skew_line(rows: list[dict]) -> str:
+    """What drawing the ranks together changes against drawing each on its own, which charges
+    as skew a slow spell of the host that slowed every rank."""
+    both = [r for r in rows if r["apart_error"] is not None]
+    if not both:
+        return ("The records hold no per-iteration series of the ranks' compute (made before they were kept): "
+                "each rank's compute is drawn on its own, from its quantiles.")
+    med, p95, right, ties, n = accuracy(both)
+    a_med, a_p95, a_right, a_ties, _ = accuracy(both, "apart_error", "apart_s")
+    corr = sorted({(r["model"], r["ratio"], r["rep"]): r["rank_correlation"] for r in both}.values())
     runs = lambda rs: f"{len(rs)} run{'s' if len(rs) != 1 else ''}"  # noqa: E731
-    parts = [f"in every iteration ({runs(syncing)}) {skew_ms(syncing, 'predicted_s'):.1f} ms drawn apart, "
-             f"{skew_ms(syncing, 'joint_s'):.1f} ms together"] if syncing else []
-    parts += [f"less often ({runs(windowed)}) {skew_ms(windowed, 'predicted_s'):.1f} ms "
-              f"apart, {skew_ms(windowed, 'joint_s'):.1f} ms together"] if windowed else []
-    return (f"The ranks' compute does not vary independently: in the compute-only runs their compute per iteration "
-            f"correlates {statistics.median(corr):.2f} (median over jobs; {corr[0]:.2f} to {corr[-1]:.2f}), a slow "
-            "spell of the host slows both workers. Drawn together, iteration by iteration as they were measured "
-            f"(column *ranks together*), the error is median {med:.1%}, 95th percentile {p95:.1%}, the order right "
-            f"in {right} of {n} configurations ({ties} of {n} with ties). What the skew adds to the plan's time, "
-            f"per iteration, for runs that wait {'; for runs that wait '.join(parts)}.")
+
+    def skew_ms(rs, field):  # what the skew adds to the no-skew plan, ms per iteration, mean over runs
+        return 1e3 * statistics.fmean(r[field] - r["no_skew_s"] for r in rs)
+    parts = [(f"in every iteration ({runs(rs)})" if every else f"less often ({runs(rs)})",
+              skew_ms(rs, "predicted_s"), skew_ms(rs, "apart_s"))
+             for every in (True, False) if (rs := [r for r in both if r["syncs_every_iteration"] is every])]
+    return ("The ranks' compute does not vary independently: in the compute-only runs their compute per iteration "
+            f"correlates {statistics.median(corr):.2f} (median over jobs; {corr[0]:.2f} to {corr[-1]:.2f}): a slow "
+            "spell of the host slows both workers, and no worker waits for the other through it. The prediction "
+            "draws the ranks' compute together, whole measured iterations (the records' `compute_by_rank` series). "
+            f"Drawn each rank on its own, from its quantiles (column *ranks apart*), the error would be median "
+            f"{a_med:.1%} (together: {med:.1%}), 95th percentile {a_p95:.1%} ({p95:.1%}), the order right in "
+            f"{a_right} of {n} configurations ({right}), {a_ties} of {n} with ties ({ties}). What the skew adds to "
+            "the plan's time per iteration, together against apart, for runs that wait "
+            + "; for runs that wait ".join(f"{what}: {t:.1f} ms against {a:.1f} ms" for what, t, a in parts) + ".")
 
 
 def _nosync_only_line(rows: list[dict]) -> str:
@@ -292,29 +298,30 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
              + f"runs interleaved {_interleaving(rows)}); the prediction of each run uses only that job's measurements: DreamDDP's per-unit "
              "profile, the steady compute of the job's two compute-only runs, pooled (nosync: the engine with "
              "nothing to sync; plain: no engine; both on the ideal link, interleaved with the rest) and every "
-             "rank's spread of it (the simulator samples it: a sync point waits for the slowest rank), the "
+             "rank's compute per iteration in them (the simulator draws whole measured iterations, every rank's "
+             "together: a sync point waits for the slowest rank), the "
              "recorded link (rate and measured alpha), the run's own plan, and the real transfer its deferred carrier runs when a worker first waits (gloo's "
              "all-reduces of 256 KiB to 16 MiB probed at the run's start-up: on a fast emulated link it, not the "
              "link, is what a wait waits for). *no skew*: the same without the ranks' spread. *link only*: no skew "
              "and no real transfer. *nosync only*: the error with nosync alone as the compute reference (one run's "
              "compute drifts with the host: two halve it). *in-run*: the run's own prediction from its start-up "
-             "profile (DreamDDP runs). *ranks together*: the error with the ranks' compute drawn iteration by "
-             "iteration as the compute-only runs measured them (the prediction draws each rank on its own).", "",
+             "profile (DreamDDP runs). *ranks apart*: the error with each rank's compute drawn on its own (from "
+             "its quantiles) instead of together.", "",
              f"**{len(rows)} runs: median absolute error {med:.1%} (target {TARGETS['median']:.0%}), 95th percentile "
              f"{p95:.1%} (target {TARGETS['p95']:.0%}); the simulator orders the algorithms as measured in "
              f"{right} of {n} configurations, and in {ties} of {n} when runs measured within {TIE:.0%} of each "
              "other (the repetitions' spread) count as ties.**", "", _pairs_line(pair, over_reps), "",
-             _compute_line(rows), "", _joint_line(rows), "",
+             _compute_line(rows), "", _skew_line(rows), "",
              _nosync_only_line(rows), "", _own_compute_line(rows), "",
-             "| model | comm/backward | rep | algorithm | measured s | predicted s | error | ranks together | no skew s "
+             "| model | comm/backward | rep | algorithm | measured s | predicted s | error | ranks apart | no skew s "
              "| link only s | nosync only | in-run s | waited beyond the link (ms) | backward x reference | own compute s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         in_run = "n/a" if r["in_run_s"] is None else f"{r['in_run_s']:.4f}"
         late = "n/a" if r["late_ms"] is None else f"{r['late_ms']:.1f}"
-        joint = "n/a" if r["joint_error"] is None else f"{r['joint_error']:+.1%}"
+        apart = "n/a" if r["apart_error"] is None else f"{r['apart_error']:+.1%}"
         lines.append(f"| {r['model']} | {r['ratio']:g} | {r['rep']} | {r['algorithm']} | {r['measured_s']:.4f} | "
-                     f"{r['predicted_s']:.4f} | {r['error']:+.1%} | {joint} | {r['no_skew_s']:.4f} | {r['link_only_s']:.4f} | "
+                     f"{r['predicted_s']:.4f} | {r['error']:+.1%} | {apart} | {r['no_skew_s']:.4f} | {r['link_only_s']:.4f} | "
                      f"{r['nosync_only_error']:+.1%} | {in_run} | {late} | {r['backward_x_reference']:.3f} | "
                      f"{r['own_compute_s']:.4f} ({r['own_error']:+.1%}) |")
     lines += ["", "Ranking, per configuration:", "",

@@ -104,17 +104,20 @@ def test_a_segment_on_another_schedule_needs_it_and_runs_right_after_it(runners,
 def test_the_ranks_drawn_together_come_from_the_series_iteration_by_iteration(tmp_path, runners):
     bp, _ = runners
     segs = job(tmp_path)
-    assert bp.reference_skew(segs, bp.steady_profile(segs), joint=True) is None  # records without series
+    assert not bp.reference_skew(segs, bp.steady_profile(segs)).joint  # without series: each rank's quantiles
     assert bp.rank_correlation(segs) is None
     series = {"nosync@ideal": [[0.30, 0.32, 0.31], [0.34, 0.36, 0.35]], "plain@ideal": [[0.40, 0.44], [0.41, 0.45]]}
     for label, by_rank in series.items():
         for entry, values in zip(segs[label]["extra"]["compute_by_rank"], by_rank):
             entry["series"] = values
     steady = bp.steady_profile(segs)
-    skew = bp.reference_skew(segs, steady, joint=True)
+    skew = bp.reference_skew(segs, steady)
     assert skew.joint  # sample k of every rank is one measured iteration: both runs', in order
     np.testing.assert_allclose(skew.factors[0], np.array([0.30, 0.32, 0.31, 0.40, 0.44]) / 0.36)
     np.testing.assert_allclose(skew.factors[1], np.array([0.34, 0.36, 0.35, 0.41, 0.45]) / 0.36)
+    apart = bp.reference_skew(segs, steady, together=False)  # the quantiles, each rank on its own
+    assert not apart.joint
+    np.testing.assert_allclose(apart.factors[0], np.array([0.30, 0.32, 0.40]) / 0.36)
     # each run centred on its own means: the ranks moved exactly together (nosync) and together (plain)
     assert bp.rank_correlation(segs) == pytest.approx(1.0)
     segs["plain@ideal"]["extra"]["compute_by_rank"][1]["series"] = [0.45, 0.41]
