@@ -183,9 +183,12 @@ def _skew_line(rows: list[dict]) -> str:
     parts = [(f"in every iteration ({runs(rs)})" if every else f"less often ({runs(rs)})",
               skew_ms(rs, "predicted_s"), skew_ms(rs, "apart_s"))
              for every in (True, False) if (rs := [r for r in both if r["syncs_every_iteration"] is every])]
-    return ("The ranks' compute does not vary independently: in the compute-only runs their compute per iteration "
-            f"correlates {statistics.median(corr):.2f} (median over jobs; {corr[0]:.2f} to {corr[-1]:.2f}): a slow "
-            "spell of the host slows both workers, and no worker waits for the other through it. The prediction "
+    together = statistics.median(corr) >= 0.3
+    return (f"The ranks' compute {'does not vary independently' if together else 'varies about independently'}: in "
+            f"the compute-only runs their compute per iteration correlates {statistics.median(corr):.2f} (median over "
+            f"jobs; {corr[0]:.2f} to {corr[-1]:.2f})"
+            + (": a slow spell of the host slows both workers, and no worker waits for the other through it. "
+               if together else ". ") + "The prediction "
             "draws the ranks' compute together, whole measured iterations (the records' `compute_by_rank` series). "
             f"Drawn each rank on its own, from its quantiles (column *ranks apart*), the error would be median "
             f"{a_med:.1%} (together: {med:.1%}), 95th percentile {a_p95:.1%} ({p95:.1%}), the order right in "
