@@ -160,11 +160,11 @@ def reference_skew(segs: dict, profile: Profile, seed: int = 0, labels: tuple[st
     host a slow spell slows every worker: drawn apart it would count as skew); records without
     series (before they were kept) and ``together=False``: each rank's quantiles, drawn on its
     own.  The Skew's ``joint`` says which."""
-    runs = [segs[label]["extra"].get("compute_by_rank") or [] for label in labels if label in segs]
+    runs = _compute_by_rank(segs, labels)
     ranks = min((len(r) for r in runs), default=0)
     if ranks < 2:
         return None
-    if together and all("series" in r[i] for r in runs for i in range(ranks)):
+    if together and _have_series(runs):
         by_rank = [[x for r in runs for x in r[i]["series"]] for i in range(ranks)]
         return replace(skew_of(by_rank, profile, seed), joint=True)
     return skew_of([[q for r in runs for q in r[i]["quantiles"]] for i in range(ranks)], profile, seed)
@@ -173,19 +173,26 @@ def reference_skew(segs: dict, profile: Profile, seed: int = 0, labels: tuple[st
 def rank_correlation(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> float | None:
     """How the ranks' compute per iteration moves together in the compute-only runs: the mean
     over pairs of ranks of the Pearson correlation of their series, each run centred on its own
-    means (None for records without series)."""
-    centred = []
-    for label in labels:
-        by_rank = (segs.get(label) or {}).get("extra", {}).get("compute_by_rank") or []
-        if len(by_rank) < 2 or not all("series" in r for r in by_rank):
-            return None
-        a = np.array([r["series"] for r in by_rank], dtype=float)
-        centred.append(a - a.mean(axis=1, keepdims=True))
-    if not centred:
+    means (None for records without series, or fewer than two ranks)."""
+    runs = _compute_by_rank(segs, labels)
+    if not runs or min(len(r) for r in runs) < 2 or not _have_series(runs):
         return None
+    centred = []
+    for run in runs:
+        x = np.array([r["series"] for r in run], dtype=float)
+        centred.append(x - x.mean(axis=1, keepdims=True))
     a = np.concatenate(centred, axis=1)
-    c = np.corrcoef(a)
-    return float(np.mean(c[np.triu_indices(len(a), 1)]))
+    return float(np.mean(np.corrcoef(a)[np.triu_indices(len(a), 1)]))
+
+
+def _compute_by_rank(segs: dict, labels: tuple[str, ...]) -> list[list[dict]]:
+    """``extra.compute_by_rank`` of each of the ``labels`` runs the job has."""
+    return [segs[label]["extra"].get("compute_by_rank") or [] for label in labels if label in segs]
+
+
+def _have_series(runs: list[list[dict]]) -> bool:
+    """Every rank of every run keeps its series (records made before they were kept do not)."""
+    return all("series" in r for run in runs for r in run)
 
 
 def _simulate(rec: dict, profile: Profile, skew, windows: int, real: bool):

@@ -53,7 +53,8 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             if profile is None:
                 continue
             skew = bp.reference_skew(segs, profile)  # the ranks drawn together where the records allow
-            apart = bp.reference_skew(segs, profile, together=False) if skew is not None and skew.joint else None
+            together = skew is not None and skew.joint
+            apart = bp.reference_skew(segs, profile, together=False) if together else None
             corr = bp.rank_correlation(segs)
             # what nosync alone as the reference would predict (the pooled reference's module docstring)
             alone = bp.steady_profile(segs, (bp.NOSYNC,))
@@ -73,7 +74,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                 in_run = (rec["summary"].get("predicted") or {}).get("mean_iteration_time")
                 out.append({"model": model, "ratio": ratio, "rep": rep, "chunk": chunk, "regime": regime, "algorithm": label, "measured_s": measured,
                             "predicted_s": predicted, "error": predicted / measured - 1,
-                            "skew_drawn": "together" if skew is not None and skew.joint else "apart",
+                            "skew_drawn": "together" if together else "apart",
                             "apart_s": drawn_apart,
                             "apart_error": None if drawn_apart is None else drawn_apart / measured - 1,
                             "rank_correlation": corr,

@@ -124,3 +124,5 @@ def test_the_ranks_drawn_together_come_from_the_series_iteration_by_iteration(tm
     # centred: rank 0 (-0.01, 0.01, 0, -0.02, 0.02), rank 1 (-0.01, 0.01, 0, 0.02, -0.02): -0.6
     a, b = np.array([-0.01, 0.01, 0.0, -0.02, 0.02]), np.array([-0.01, 0.01, 0.0, 0.02, -0.02])
     assert bp.rank_correlation(segs) == pytest.approx(float(np.corrcoef(a, b)[0, 1])) == pytest.approx(-0.6)
+    del segs["plain@ideal"]  # a job without plain (--only): nosync's series alone
+    assert bp.rank_correlation(segs) == pytest.approx(1.0)
