@@ -37,6 +37,7 @@ import bench_predict as bp
 import bench_report
 
 from dreamddp.atomic import write_csv, write_text
+from dreamddp.run.summary import quantile
 
 TARGETS = {"median": 0.03, "p95": 0.08}
 # Two runs measured closer than this are a tie for the ranking: the same algorithm's iteration time
@@ -202,7 +203,7 @@ def _nosync_only_line(rows: list[dict]) -> str:
     """What the same predictions give with one compute-only run (nosync) as the reference."""
     errors = [abs(r["nosync_only_error"]) for r in rows]
     return (f"With nosync alone as the compute reference (column *nosync only*) the error is median "
-            f"{statistics.median(errors):.1%}, 95th percentile {_quantile(errors, 0.95):.1%}: the difference is "
+            f"{statistics.median(errors):.1%}, 95th percentile {quantile(sorted(errors), 0.95):.1%}: the difference is "
             "the reference's own drift (one run's compute moves with the host), which pooling the two compute-only runs reduces.")
 
 
@@ -211,13 +212,8 @@ def accuracy(rows: list[dict], error: str = "error", predicted: str = "predicted
     ``predicted``, right counting ties, configurations)."""
     errors = [abs(r[error]) for r in rows]
     ranks = ranking(rows, predicted)
-    return (statistics.median(errors), _quantile(errors, 0.95), sum(r["right"] for r in ranks),
+    return (statistics.median(errors), quantile(sorted(errors), 0.95), sum(r["right"] for r in ranks),
             sum(r["right_but_ties"] for r in ranks), len(ranks))
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def ranking(rows: list[dict], predicted: str = "predicted_s") -> list[dict]:

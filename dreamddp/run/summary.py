@@ -57,6 +57,11 @@ def _peak_gpu_mib() -> float | None:
 QUANTILES = [q / 20 for q in range(21)]  # 0, 5%, ..., 100%
 
 
+def quantile(ordered: list[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of ``ordered`` (sorted ascending): one of its values."""
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
 def compute_summary(by_rank: list[list[float]]) -> list[dict]:
     """Per rank, its compute seconds per timed iteration: the mean, 21 quantiles (the spread
     of each rank alone) and the series itself, aligned by iteration across ranks (what the
@@ -67,8 +72,8 @@ def compute_summary(by_rank: list[list[float]]) -> list[dict]:
         if not values:
             continue
         ordered = sorted(values)
-        quantiles = [ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] for q in QUANTILES]
-        out.append({"rank": r, "mean": statistics.fmean(values), "quantiles": quantiles, "series": list(values)})
+        out.append({"rank": r, "mean": statistics.fmean(values), "quantiles": [quantile(ordered, q) for q in QUANTILES],
+                    "series": list(values)})
     return out
 
 
@@ -82,7 +87,7 @@ def prediction_error(rows: list[dict], per_position: list[float]) -> dict:
         rel.append(r["time"] / r["predicted"] - 1.0)
     absolute = sorted(abs(x) for x in rel)
     return {"mean": statistics.fmean(rel), "median_abs": statistics.median(absolute),
-            "p95_abs": absolute[min(len(absolute) - 1, round(0.95 * (len(absolute) - 1)))],
+            "p95_abs": quantile(absolute, 0.95),
             "note": "per timed iteration: measured / predicted - 1 (row 'predicted': the window position's expected time)"}
 
 
