@@ -35,15 +35,12 @@ from pathlib import Path
 import bench
 import bench_predict as bp
 import bench_report
+from accuracy_measures import FAR, TIE, accuracy, median_ranking, pairs, ranking
 
 from dreamddp.atomic import write_csv, write_text
 from dreamddp.run.summary import quantile
 
 TARGETS = {"median": 0.03, "p95": 0.08}
-# Two runs measured closer than this are a tie for the ranking: the same algorithm's iteration time
-# moves by 1-3% from one repetition of make bench to the next (results/bench/README.md spreads).
-TIE = 0.02
-FAR = 0.05  # a misordered pair measured this far apart is named in the report, with its runs' compute
 
 
 def rows_of(runs_dir: str, ratio: float) -> list[dict]:
@@ -205,81 +202,6 @@ def _nosync_only_line(rows: list[dict]) -> str:
     return (f"With nosync alone as the compute reference (column *nosync only*) the error is median "
             f"{statistics.median(errors):.1%}, 95th percentile {quantile(sorted(errors), 0.95):.1%}: the difference is "
             "the reference's own drift (one run's compute moves with the host), which pooling the two compute-only runs reduces.")
-
-
-def accuracy(rows: list[dict], error: str = "error", predicted: str = "predicted_s") -> tuple:
-    """(median and 95th percentile of the absolute ``error``, configurations ordered right by
-    ``predicted``, right counting ties, configurations)."""
-    errors = [abs(r[error]) for r in rows]
-    ranks = ranking(rows, predicted)
-    return (statistics.median(errors), quantile(sorted(errors), 0.95), sum(r["right"] for r in ranks),
-            sum(r["right_but_ties"] for r in ranks), len(ranks))
-
-
-def ranking(rows: list[dict], predicted: str = "predicted_s") -> list[dict]:
-    """Per configuration (model, ratio, repetition): does the ``predicted`` order equal the measured one?"""
-    out = []
-    configs = sorted({(r["model"], r["ratio"], r["rep"]) for r in rows})
-    for cfg in configs:
-        mine = [r for r in rows if (r["model"], r["ratio"], r["rep"]) == cfg]
-        swapped = [(a, b) for a in mine for b in mine
-                   if a["measured_s"] < b["measured_s"] and a[predicted] > b[predicted]]
-        out.append({"model": cfg[0], "ratio": cfg[1], "rep": cfg[2], "right": not swapped,
-                    "right_but_ties": all(b["measured_s"] / a["measured_s"] - 1 < TIE for a, b in swapped),
-                    "swapped": [f"{a['algorithm']} < {b['algorithm']} by {100 * (b['measured_s'] / a['measured_s'] - 1):.1f}%"
-                                for a, b in swapped]})
-    return out
-
-
-def pairs(rows: list[dict], predicted: str = "predicted_s") -> dict:
-    """Every two runs of one configuration as a pair: how many the ``predicted`` times order as
-    measured, overall and among the pairs measured at least TIE apart (the repetitions' spread),
-    and the misordered pairs measured FAR or more apart."""
-    counts = collections.Counter()
-    far = []
-    by_config = collections.defaultdict(list)
-    for r in rows:
-        by_config[(r["model"], r["ratio"], r["rep"])].append(r)
-    for cfg, mine in sorted(by_config.items()):
-        for i, a in enumerate(mine):
-            for b in mine[i + 1:]:
-                gap = max(a["measured_s"], b["measured_s"]) / min(a["measured_s"], b["measured_s"]) - 1
-                right = (a["measured_s"] < b["measured_s"]) == (a[predicted] < b[predicted])
-                apart = gap >= TIE
-                counts.update({"n": 1, "right": right, "apart": apart, "right_apart": right and apart})
-                if not right and gap >= FAR:
-                    fast, slow = sorted((a, b), key=lambda r: r["measured_s"])
-                    far.append(f"{cfg[0]} {cfg[1]:g} rep {cfg[2]}: {fast['algorithm']} < {slow['algorithm']} "
-                               f"by {gap:.1%} (backward x reference {fast['backward_x_reference']:.2f}, "
-                               f"{slow['backward_x_reference']:.2f})")
-    return {**{k: counts[k] for k in ("n", "right", "apart", "right_apart")}, "far": far}
-
-
-def median_ranking(rows: list[dict]) -> list[dict]:
-    """Per model and ratio run in more than one repetition: the order of the algorithms' median
-    measured time over the repetitions against the order of their median prediction, each time
-    taken over its own job's scale first (the geometric mean of the job's measured times, which
-    divides both), so a repetition in a slower hour of the host weighs as much as the others:
-    ratios inside one job before their median, as make bench takes its ratios."""
-    times = collections.defaultdict(list)
-    for r in rows:
-        times[(r["model"], r["ratio"], r["rep"])].append(r["measured_s"])
-    scale = {job: statistics.geometric_mean(ts) for job, ts in times.items()}
-    by_config = collections.defaultdict(lambda: collections.defaultdict(list))
-    for r in rows:
-        by_config[(r["model"], r["ratio"])][r["algorithm"]].append(r)
-    out = []
-    for (model, ratio), algos in sorted(by_config.items()):
-        reps = len({r["rep"] for runs in algos.values() for r in runs})
-        if reps < 2:
-            continue
-        of_job = lambda r, key: r[key] / scale[(model, ratio, r["rep"])]  # noqa: E731
-        medians = [{"model": model, "ratio": ratio, "rep": "median", "algorithm": a,
-                    "measured_s": statistics.median(of_job(r, "measured_s") for r in runs),
-                    "predicted_s": statistics.median(of_job(r, "predicted_s") for r in runs)}
-                   for a, runs in algos.items()]
-        out.append({**ranking(medians)[0], "reps": reps})
-    return out
 
 
 def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -> None:

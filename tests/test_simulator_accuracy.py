@@ -1,5 +1,6 @@
-"""The simulator accuracy study's ranking measures (runners/simulator_accuracy.py), exact on
-hand-made rows: per configuration, by pairs of runs, and over the repetitions' medians."""
+"""The simulator accuracy study's ranking measures (runners/accuracy_measures.py), exact on
+hand-made rows: per configuration, by pairs of runs, and over the repetitions' medians; and
+how the study (runners/simulator_accuracy.py) goes round its ratios."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def study(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "runners"))
     return importlib.import_module("simulator_accuracy")
+
+
+@pytest.fixture()
+def measures(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "runners"))
+    return importlib.import_module("accuracy_measures")
 
 
 def row(algorithm: str, rep: int, measured: float, predicted: float, backward_x: float = 1.0) -> dict:
@@ -33,38 +40,38 @@ def rows() -> list[dict]:
     ]
 
 
-def test_a_configuration_is_right_only_with_no_pair_swapped(study):
-    ranks = study.ranking(rows())
+def test_a_configuration_is_right_only_with_no_pair_swapped(measures):
+    ranks = measures.ranking(rows())
     assert [(r["rep"], r["right"], r["right_but_ties"]) for r in ranks] == [(0, False, True), (1, False, False),
                                                                              (2, True, True)]
     assert ranks[0]["swapped"] == ["b < c by 1.0%"]
     assert ranks[1]["swapped"] == ["a < c by 10.0%"]  # a measured faster, predicted slower
 
 
-def test_pairs_count_every_two_runs_of_a_configuration(study):
-    pair = study.pairs(rows())
+def test_pairs_count_every_two_runs_of_a_configuration(measures):
+    pair = measures.pairs(rows())
     # 3 pairs per repetition; wrong: (b, c) in rep 0 (1% apart), (a, c) in rep 1 (10% apart)
     assert (pair["n"], pair["right"]) == (9, 7)
     assert (pair["apart"], pair["right_apart"]) == (8, 7)
     assert pair["far"] == ["m 7 rep 1: a < c by 10.0% (backward x reference 1.00, 1.08)"]
 
 
-def test_the_order_over_repetitions_takes_each_algorithms_medians(study):
-    (over,) = study.median_ranking(rows())
+def test_the_order_over_repetitions_takes_each_algorithms_medians(measures):
+    (over,) = measures.median_ranking(rows())
     # medians measured a 1.00, b 1.50, c 1.515; predicted a 1.00, b 1.60, c 1.55: b and c swapped, 1% apart
     assert (over["reps"], over["right"], over["right_but_ties"]) == (3, False, True)
     assert over["swapped"] == ["b < c by 1.0%"]
-    assert study.median_ranking([r for r in rows() if r["rep"] == 0]) == []  # one repetition: nothing to pool
+    assert measures.median_ranking([r for r in rows() if r["rep"] == 0]) == []  # one repetition: nothing to pool
 
 
-def test_the_order_over_repetitions_ignores_how_fast_the_host_ran_each_one(study):
+def test_the_order_over_repetitions_ignores_how_fast_the_host_ran_each_one(measures):
     # Repetition 1 run in an hour 1.7x slower, every time in it (measured and predicted) scaled:
     # the medians are taken over each job's own scale, so the verdict is the same
     slow = [{**r, "measured_s": 1.7 * r["measured_s"], "predicted_s": 1.7 * r["predicted_s"]} if r["rep"] == 1 else r
             for r in rows()]
-    (over,) = study.median_ranking(slow)
+    (over,) = measures.median_ranking(slow)
     assert (over["right"], over["right_but_ties"], over["swapped"]) == (False, True, ["b < c by 1.0%"])
-    assert study.median_ranking(slow) == study.median_ranking(rows())
+    assert measures.median_ranking(slow) == measures.median_ranking(rows())
 
 
 def test_repetitions_go_round_the_ratios_and_rerun_unless_resumed(study, monkeypatch, tmp_path):
