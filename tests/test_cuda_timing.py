@@ -85,8 +85,15 @@ def test_unit_backward_times_sum_to_a_backward_timed_the_same_way_without_marks(
     units = model_units(model, loss_fn)
     engine = PartialSyncEngine(model, units, FakeCommunicator(world_size=1), build_algorithm(algo_cfg("nosync")))
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    # The first profile in a process is printed, not checked: on one freshly started H100 (run 9)
+    # its passes ran 1.31x the same passes a moment later, marks or not (on the next machine they
+    # agreed); the claim is about the marks, so it is held on the profile taken after it.
+    cold = measure_profile(engine, engine.comm, opt, loss_fn, iterations=5, comm_repeats=0)
     profile = measure_profile(engine, engine.comm, opt, loss_fn, iterations=5, comm_repeats=0)
     assert all(profile.bp[u] > 0 for u in profile.units)
+    for name, p in (("cold", cold), ("warm", profile)):
+        passes = " ".join(f"{s * 1e3:.2f}" for s in p.meta["compute_by_rank"][0])
+        print(f"{name} profile: backward {p.meta['backward_total'] * 1e3:.2f} ms, unmarked passes (ms) {passes}")
 
     clocked = {True: [], False: []}
     by_events = []
