@@ -16,6 +16,14 @@ TIE = 0.02
 FAR = 0.05  # a misordered pair measured this far apart is named in the report, with its runs' compute
 
 
+def by_job(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """The rows of each job (model, ratio, repetition: one configuration), in their order, jobs sorted."""
+    jobs = collections.defaultdict(list)
+    for r in rows:
+        jobs[(r["model"], r["ratio"], r["rep"])].append(r)
+    return dict(sorted(jobs.items()))
+
+
 def accuracy(rows: list[dict], error: str = "error", predicted: str = "predicted_s") -> tuple:
     """(median and 95th percentile of the absolute ``error``, configurations ordered right by
     ``predicted``, right counting ties, configurations)."""
@@ -28,9 +36,7 @@ def accuracy(rows: list[dict], error: str = "error", predicted: str = "predicted
 def ranking(rows: list[dict], predicted: str = "predicted_s") -> list[dict]:
     """Per configuration (model, ratio, repetition): does the ``predicted`` order equal the measured one?"""
     out = []
-    configs = sorted({(r["model"], r["ratio"], r["rep"]) for r in rows})
-    for cfg in configs:
-        mine = [r for r in rows if (r["model"], r["ratio"], r["rep"]) == cfg]
+    for cfg, mine in by_job(rows).items():
         swapped = [(a, b) for a in mine for b in mine
                    if a["measured_s"] < b["measured_s"] and a[predicted] > b[predicted]]
         out.append({"model": cfg[0], "ratio": cfg[1], "rep": cfg[2], "right": not swapped,
@@ -46,10 +52,7 @@ def pairs(rows: list[dict], predicted: str = "predicted_s") -> dict:
     and the misordered pairs measured FAR or more apart."""
     counts = collections.Counter()
     far = []
-    by_config = collections.defaultdict(list)
-    for r in rows:
-        by_config[(r["model"], r["ratio"], r["rep"])].append(r)
-    for cfg, mine in sorted(by_config.items()):
+    for cfg, mine in by_job(rows).items():
         for i, a in enumerate(mine):
             for b in mine[i + 1:]:
                 gap = max(a["measured_s"], b["measured_s"]) / min(a["measured_s"], b["measured_s"]) - 1
@@ -70,10 +73,7 @@ def median_ranking(rows: list[dict]) -> list[dict]:
     taken over its own job's scale first (the geometric mean of the job's measured times, which
     divides both), so a repetition in a slower hour of the host weighs as much as the others:
     ratios inside one job before their median, as make bench takes its ratios."""
-    times = collections.defaultdict(list)
-    for r in rows:
-        times[(r["model"], r["ratio"], r["rep"])].append(r["measured_s"])
-    scale = {job: statistics.geometric_mean(ts) for job, ts in times.items()}
+    scale = {job: statistics.geometric_mean(r["measured_s"] for r in runs) for job, runs in by_job(rows).items()}
     by_config = collections.defaultdict(lambda: collections.defaultdict(list))
     for r in rows:
         by_config[(r["model"], r["ratio"])][r["algorithm"]].append(r)

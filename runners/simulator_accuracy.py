@@ -35,7 +35,7 @@ from pathlib import Path
 import bench
 import bench_predict as bp
 import bench_report
-from accuracy_measures import FAR, TIE, accuracy, median_ranking, pairs, ranking
+from accuracy_measures import FAR, TIE, accuracy, by_job, median_ranking, pairs, ranking
 
 from dreamddp.atomic import write_csv, write_text
 from dreamddp.run.summary import quantile
@@ -124,15 +124,16 @@ def _reference_drift(rows: list[dict]) -> str:
     """Configurations whose two compute-only runs disagree (nosync's backward over plain's): with
     either one alone as the reference every prediction in them would be off by about as much;
     pooled, by about half (column *nosync only*: the error with nosync alone)."""
-    drift = {(r["model"], r["ratio"], r["rep"]): r["nosync_x_plain"] for r in rows if r["nosync_x_plain"]}
-    off = {k: v for k, v in drift.items() if abs(v - 1) > bp.SLOW}
+    jobs = by_job(rows)  # nosync_x_plain is the job's: every row of it holds the same
+    off = {k: runs[0]["nosync_x_plain"] for k, runs in jobs.items()
+           if runs[0]["nosync_x_plain"] and abs(runs[0]["nosync_x_plain"] - 1) > bp.SLOW}
     if not off:
         return ""
-    errs = lambda k: statistics.median(r["error"] for r in rows if (r["model"], r["ratio"], r["rep"]) == k)  # noqa: E731
     return (" The reference drifts too: in " + "; ".join(
         f"{m} at comm/backward {ratio:g} (rep {rep}) nosync's backward ran {v - 1:+.1%} over plain's (the job's "
-        f"two compute-only runs), and the median error there is {errs((m, ratio, rep)):+.1%}"
-        for (m, ratio, rep), v in sorted(off.items())) + ".")
+        f"two compute-only runs), and the median error there is "
+        f"{statistics.median(r['error'] for r in jobs[(m, ratio, rep)]):+.1%}"
+        for (m, ratio, rep), v in off.items()) + ".")
 
 
 def _own_compute_line(rows: list[dict]) -> str:
@@ -174,7 +175,7 @@ def _skew_line(rows: list[dict]) -> str:
                 "each rank's compute is drawn on its own, from its quantiles.")
     med, p95, right, ties, n = accuracy(both)
     a_med, a_p95, a_right, a_ties, _ = accuracy(both, "apart_error", "apart_s")
-    corr = sorted({(r["model"], r["ratio"], r["rep"]): r["rank_correlation"] for r in both}.values())
+    corr = sorted(runs[0]["rank_correlation"] for runs in by_job(both).values())
     runs = lambda rs: f"{len(rs)} run{'s' if len(rs) != 1 else ''}"  # noqa: E731
 
     def skew_ms(rs, field):  # what the skew adds to the no-skew plan, ms per iteration, mean over runs
@@ -266,10 +267,10 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
     lines += [f"- {r['model']} {r['ratio']:g} {r['algorithm']}: {r['error']:+.1%}; no skew {r['no_skew_s'] / r['measured_s'] - 1:+.1%}"
               + ("" if r["late_ms"] is None else f"; waited beyond the link {r['late_ms']:.1f} ms per iteration")
               + f"; backward {r['backward_x_reference'] - 1:+.1%} over the compute-only runs'" for r in worst]
-    jobs = {(r["model"], r["ratio"], r["rep"]): r["regime"] for r in rows}
     lines += ["", "The regime of each job, its compute-only run's steady split (2 workers, one per core; the paper "
               "models' on a GPU: backward about 2x forward, the step small):", ""]
-    lines += [f"- {m} at comm/backward {x:g}, repetition {k}: {regime}" for (m, x, k), regime in sorted(jobs.items())]
+    lines += [f"- {m} at comm/backward {x:g}, repetition {k}: {runs[0]['regime']}"
+              for (m, x, k), runs in by_job(rows).items()]
     write_text(os.path.join(out, "README.md"), "\n".join(lines) + "\n")
     write_csv(os.path.join(out, "accuracy.csv"), rows, [k for k in rows[0] if k != "regime"])  # the README has it
 
