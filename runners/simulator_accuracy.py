@@ -125,8 +125,8 @@ def _reference_drift(rows: list[dict]) -> str:
     either one alone as the reference every prediction in them would be off by about as much;
     pooled, by about half (column *nosync only*: the error with nosync alone)."""
     jobs = by_job(rows)  # nosync_x_plain is the job's: every row of it holds the same
-    off = {k: runs[0]["nosync_x_plain"] for k, runs in jobs.items()
-           if runs[0]["nosync_x_plain"] and abs(runs[0]["nosync_x_plain"] - 1) > bp.SLOW}
+    drift = {k: runs[0]["nosync_x_plain"] for k, runs in jobs.items()}
+    off = {k: v for k, v in drift.items() if v and abs(v - 1) > bp.SLOW}
     if not off:
         return ""
     return (" The reference drifts too: in " + "; ".join(
