@@ -55,11 +55,19 @@ def layout_of(profile: Profile, world: int, grad_clip: float = 0.0) -> UnitLayou
 
 
 def compute_of(profile: Profile) -> Compute:
-    """Per-unit forward and backward seconds; forward outside the units runs first."""
+    """Per-unit forward and backward seconds; forward outside the units runs first.  The
+    optimizer step's share per unit: its bytes' (an element-wise optimizer's work), else
+    equal over the units that sync."""
     fwd = np.array([profile.fwd.get(u, 0.0) for u in profile.units], dtype=float)
     bp = np.array([profile.bp.get(u, 0.0) for u in profile.units], dtype=float)
     rest = max(0.0, float(sum(profile.fwd.values())) - float(fwd.sum()))
-    return Compute(fwd=fwd, bp=bp, step=profile.step_time, fwd_rest=rest)
+    if profile.nbytes:
+        weight = np.array([profile.nbytes.get(u, 0) for u in profile.units], dtype=float)
+    else:
+        weight = np.array([profile.comm.get(u, 0.0) > 0 for u in profile.units], dtype=float)
+    share = weight / weight.sum() if weight.sum() > 0 else weight
+    optimizer = profile.step_time if profile.optimizer_time is None else min(profile.optimizer_time, profile.step_time)
+    return Compute(fwd=fwd, bp=bp, step=profile.step_time, fwd_rest=rest, optimizer=optimizer, share=share)
 
 
 def op_seconds(profile: Profile, layout: UnitLayout, link: LinkModel | None):
@@ -187,12 +195,15 @@ def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
 
 def record_carrier(record: Mapping) -> RealTransfer | None:
     """The real transfer a run's waits exposed: its deferred (or step) carrier's, as measured at
-    its start-up (None for an eager carrier, or a record made before the probe)."""
+    its start-up (None for an eager carrier, or a record made before the probe; records made
+    before the other kinds were probed: theirs scaled from the all-reduce's)."""
     link = record["extra"]["link"]
     probed = link.get("real_transfer_ms")
     if link.get("carrier") not in QUEUED or not probed:
         return None
-    return RealTransfer.probed((link.get("alpha_ms") or 0.0) / 1e3, [(b, ms / 1e3) for b, ms in probed])
+    seconds = lambda pairs: [(b, ms / 1e3) for b, ms in pairs]  # noqa: E731
+    kinds = {k: seconds(v) for k, v in (link.get("real_transfer_kinds_ms") or {}).items()}
+    return RealTransfer.probed((link.get("alpha_ms") or 0.0) / 1e3, seconds(probed), kinds)
 
 
 def simulate_record(profile: Profile, config: Mapping, *, world: int, link: LinkModel | None,

@@ -14,7 +14,7 @@ SWEEP_WANDB ?= disabled
 RESULTS ?= results
 RUNS ?= $(RESULTS)/runs
 
-.PHONY: figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew simulator-accuracy merge-delay compute-split engine-phases gpu gpu-reports
+.PHONY: figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew simulator-accuracy simulator-accuracy-fast merge-delay compute-split engine-phases gpu gpu-reports
 
 BENCH_ARGS ?=
 
@@ -33,6 +33,11 @@ bench-skew: venv ## the same with 4 workers on 2 cores, small presets: what the 
 simulator-accuracy: venv ## predicted vs measured iteration time, every algorithm x 3 link rates x 2 models, 3 repetitions -> results/simulator/README.md (~80 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/simulator_accuracy.py --reps 3 --chunk 1
 
+# The same on a fast link (comm/backward 0.1), where gloo's own transfer at the waits, not the link,
+# is what a wait waits for: the real transfer's model, each collective kind probed on its own.
+simulator-accuracy-fast: venv ## predicted vs measured on a fast link (comm/backward 0.1), every algorithm x 2 models, 3 repetitions -> results/simulator_fast/README.md (~22 min)
+	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/simulator_accuracy.py --ratios 0.1 --reps 3 --chunk 1 --out results/simulator_fast
+
 merge-delay: venv ## DreamDDP with merge_delay 0, 1, 2: quality at equal iterations, time to target, divergence -> results/merge_delay/README.md (~30 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/merge_delay_study.py
 
@@ -46,6 +51,9 @@ PHASES_MD := results/bench/engine_phases.md
 PHASE_RUNS := "--algo nosync" "--algo dreamddp --set H=10 --carrier deferred" \
               "--algo dreamddp --set H=10 overlap_forward=true --carrier deferred" \
               "--algo dreamddp --set H=10 merge_delay=1 --carrier step"
+# DeAR's own host work (its per-group copies, steps and zeroing), at make bench's bucket sizes:
+# what the simulator does not charge beyond the step it moves (results/simulator/README.md)
+DEAR_PHASES := --algo dear --carrier deferred
 engine-phases: venv ## the engine's own cost by phase (an algorithm on a one-process group against the bare model; one core) -> results/bench/engine_phases.md (~10 min)
 	rm -f $(PHASES_MD).tmp
 	for run in $(PHASE_RUNS); do \
@@ -53,6 +61,8 @@ engine-phases: venv ## the engine's own cost by phase (an algorithm on a one-pro
 	  $(PY) runners/engine_phases.py --model gpt2 --size compute --batch 8 --block 128 --iterations 100 $$run --out $(PHASES_MD).tmp || exit 1; \
 	done
 	$(PY) runners/engine_phases.py --model resnet50 --size paper --batch 4 --iterations 60 --out $(PHASES_MD).tmp
+	$(PY) runners/engine_phases.py --model resnet18 --size compute --batch 8 --iterations 200 $(DEAR_PHASES) --set bucket_mb=9.8 --out $(PHASES_MD).tmp
+	$(PY) runners/engine_phases.py --model gpt2 --size compute --batch 8 --block 128 --iterations 100 $(DEAR_PHASES) --set bucket_mb=0.78 --out $(PHASES_MD).tmp
 	mv $(PHASES_MD).tmp $(PHASES_MD)
 
 figures: venv ## tables + figures under results/ from the committed run records (results/runs)

@@ -131,7 +131,9 @@ def compute_excess(rec: dict, segs: dict) -> float:
 
 def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profile | None:
     """DreamDDP's per-unit profile with forward, backward and step set to the compute-only
-    runs' steady state (means over their timed iterations)."""
+    runs' steady state (means over their timed iterations).  Of their step and the rest, the
+    optimizer step alone is the start-up profile's (the profiler times it on its own): what
+    a plan that steps where its collectives complete (DeAR) moves out of the step."""
     if REFERENCE not in segs or NOSYNC not in segs:
         return None
     profile = load_profile(os.path.join(segs[REFERENCE]["_dir"], "profile"))
@@ -140,7 +142,8 @@ def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profil
     rest = statistics.fmean(step_and_rest(r) for r in rows)
     fs, bs = fwd / sum(profile.fwd.values()), bwd / sum(profile.bp.values())
     return replace(profile, fwd={u: v * fs for u, v in profile.fwd.items()},
-                   bp={u: v * bs for u, v in profile.bp.items()}, step_time=rest)
+                   bp={u: v * bs for u, v in profile.bp.items()}, step_time=rest,
+                   optimizer_time=min(profile.step_time, rest))
 
 
 def own_compute(rec: dict, profile: Profile) -> Profile:
@@ -150,7 +153,8 @@ def own_compute(rec: dict, profile: Profile) -> Profile:
     model's error."""
     own = statistics.fmean(r["time"] - r["wait"] for r in timed(rec))
     k = own / compute_time(profile)
-    return replace(scaled(profile, bp=k), step_time=profile.step_time * k)
+    optimizer = None if profile.optimizer_time is None else profile.optimizer_time * k
+    return replace(scaled(profile, bp=k), step_time=profile.step_time * k, optimizer_time=optimizer)
 
 
 def reference_skew(segs: dict, profile: Profile, seed: int = 0, labels: tuple[str, ...] = COMPUTE_ONLY,
@@ -209,6 +213,11 @@ def predict(rec: dict, profile: Profile, skew) -> float:
 
 def plan_bound(rec: dict, profile: Profile, real: bool = False) -> float:
     return _simulate(rec, profile, None, 1, real).mean_iter
+
+
+def plan_ops(rec: dict, profile: Profile) -> list:
+    """The ops the run's plan launches over one window (after the warm-up window)."""
+    return [op for ops in _simulate(rec, profile, None, 1, real=False).ops for op in ops]
 
 
 def compute_time(profile: Profile) -> float:

@@ -30,6 +30,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import bench
@@ -70,6 +71,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                 drawn_apart = None if apart is None else bp.predict(rec, profile, apart)
                 own = bp.predict(rec, bp.own_compute(rec, profile), skew)
                 in_run = (rec["summary"].get("predicted") or {}).get("mean_iteration_time")
+                ring, at_end = _counterfactuals(rec, profile, skew)
                 out.append({"model": model, "ratio": ratio, "rep": rep, "chunk": chunk, "regime": regime, "algorithm": label, "measured_s": measured,
                             "predicted_s": predicted, "error": predicted / measured - 1,
                             "skew_drawn": "together" if together else "apart",
@@ -83,8 +85,47 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                             "link_only_s": bp.plan_bound(rec, profile), "in_run_s": in_run,
                             "late_ms": None if (late := bench_report.lateness(rec)) is None else 1e3 * late,
                             "backward_x_reference": bp.backward_over_reference(rec, segs),
-                            "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward})
+                            "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward,
+                            "ring_kinds_error": None if ring is None else ring / measured - 1,
+                            "step_at_end_error": None if at_end is None else at_end / measured - 1})
     return out
+
+
+def _counterfactuals(rec: dict, profile, skew) -> tuple[float | None, float | None]:
+    """For a plan with reduce-scatters or all-gathers, the prediction with their real transfer
+    scaled from the all-reduce's as a ring (records with their own probes only); for a plan whose
+    ops apply the step where they complete (SyncOp.steps), with the whole step charged at the
+    iteration's step instead.  None where the run has no such op."""
+    ops = bp.plan_ops(rec, profile)
+    link = rec["extra"]["link"]
+    ring = at_end = None
+    if link.get("real_transfer_kinds_ms") and any(op.collective != "all_reduce" for op in ops):
+        stripped = {k: v for k, v in link.items() if k != "real_transfer_kinds_ms"}
+        ring = bp.predict({**rec, "extra": {**rec["extra"], "link": stripped}}, profile, skew)
+    if any(op.steps for op in ops):
+        at_end = bp.predict(rec, replace(profile, optimizer_time=0.0), skew)
+    return ring, at_end
+
+
+def _kinds_line(rows: list[dict]) -> str:
+    """What per-kind real transfer and the step where it runs change, for the runs they concern."""
+    def errors(field, rs):
+        return statistics.median(abs(r[field]) for r in rs)
+    out = []
+    ring = [r for r in rows if r["ring_kinds_error"] is not None]
+    if ring:
+        out.append(f"Real transfer by kind: for the {len(ring)} runs whose plans reduce-scatter or all-gather "
+                   f"({', '.join(sorted({r['algorithm'] for r in ring}))}), each kind timed by its own start-up probe "
+                   f"gives a median absolute error of {errors('error', ring):.1%}; the all-reduce's probe scaled "
+                   f"as a ring would (gloo's reduce-scatter is not half its all-reduce) {errors('ring_kinds_error', ring):.1%}.")
+    at_end = [r for r in rows if r["step_at_end_error"] is not None]
+    if at_end:
+        out.append(f"The optimizer step where the engine runs it: for the {len(at_end)} runs whose plans step a "
+                   f"group where its collective completes ({', '.join(sorted({r['algorithm'] for r in at_end}))}: "
+                   f"in forward, after the group's all-gather), the median absolute error is "
+                   f"{errors('error', at_end):.1%}; charged at the iteration's step instead, where it would hide "
+                   f"behind the link, {errors('step_at_end_error', at_end):.1%}.")
+    return " ".join(out)
 
 
 def _job_chunk(segs: dict) -> int:
@@ -224,8 +265,8 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
              "rank's compute per iteration in them (the simulator draws whole measured iterations, every rank's "
              "together: a sync point waits for the slowest rank), the "
              "recorded link (rate and measured alpha), the run's own plan, and the real transfer its deferred carrier runs when a worker first waits (gloo's "
-             "all-reduces of 256 KiB to 16 MiB probed at the run's start-up: on a fast emulated link it, not the "
-             "link, is what a wait waits for). *no skew*: the same without the ranks' spread. *link only*: no skew "
+             "collectives of 256 KiB to 16 MiB probed at the run's start-up, each kind on its own where the record "
+             "has them: on a fast emulated link it, not the link, is what a wait waits for). *no skew*: the same without the ranks' spread. *link only*: no skew "
              "and no real transfer. *nosync only*: the error with nosync alone as the compute reference (one run's "
              "compute drifts with the host: two halve it). *in-run*: the run's own prediction from its start-up "
              "profile (DreamDDP runs). *ranks apart*: the error with each rank's compute drawn on its own (from "
@@ -236,6 +277,7 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
              "other (the repetitions' spread) count as ties.**", "", _pairs_line(pair, over_reps), "",
              _compute_line(rows), "", _skew_line(rows), "",
              _nosync_only_line(rows), "", _own_compute_line(rows), "",
+             *([line, ""] if (line := _kinds_line(rows)) else []),
              "| model | comm/backward | rep | algorithm | measured s | predicted s | error | ranks apart | no skew s "
              "| link only s | nosync only | in-run s | waited beyond the link (ms) | backward x reference | own compute s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

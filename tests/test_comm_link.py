@@ -99,8 +99,9 @@ def test_emulated_link_rate_from_a_comm_backward_ratio_and_measured_alpha():
     with pytest.raises(RuntimeError, match="not calibrated yet"):
         link.reserve("all_reduce", MB, 2, now=0.0)
     probed = [(MB, 0.5), (4 * MB, 1.0)]
+    kinds = {"reduce_scatter": [(MB, 0.75), (4 * MB, 2.0)], "all_gather": [(MB, 0.25), (4 * MB, 0.5)]}
     warm = SimpleNamespace(backward_time=lambda: 0.5, model_bytes=4 * MB, world=4, collective_alpha=lambda: 0.25,
-                           real_transfer=lambda: probed)
+                           real_transfer=lambda: probed, real_transfer_kinds=lambda: kinds)
     info = link.calibrate(warm)
     # all-reduce of 4 MB on 4 workers sends 1.5 x 4 MB = 48 Mbit; 7 x 0.5 s -> 48e6 / 3.5 bit/s
     assert link.gbps == pytest.approx(48e6 / 3.5 / 1e9) == info["gbps"] and info["alpha_s"] == 0.25
@@ -111,12 +112,17 @@ def test_emulated_link_rate_from_a_comm_backward_ratio_and_measured_alpha():
     # the real backend's transfer by size: alpha at no bytes, then the probed sizes
     assert link.describe()["real_transfer_ms"] == [[MB, 500.0], [4 * MB, 1000.0]]
     assert link.real_transfer.points == ((0, 0.25), (MB, 0.5), (4 * MB, 1.0))
+    # the other kinds by their own probes, in the record too
+    assert link.describe()["real_transfer_kinds_ms"]["reduce_scatter"] == [[MB, 750.0], [4 * MB, 2000.0]]
+    assert link.real_transfer.seconds("reduce_scatter", 4 * MB, 4) == 2.0
+    assert link.real_transfer.seconds("all_gather", MB, 4) == 0.25
     fresh = EmulatedLink(None, comm_ratio=7.0)
     fresh.load_setup_state(link.setup_state())  # what a checkpoint keeps: no new measurement
     assert (fresh.gbps, fresh.alpha_s) == (link.gbps, 0.25) and not fresh.needs_calibration
     assert fresh.real_transfer == link.real_transfer
     fixed = EmulatedLink(8.0)  # a fixed rate still measures its alpha and the real transfer
-    assert fixed.needs_calibration and fixed.calibrate(warm) == {"alpha_s": 0.25, "real_transfer_s": probed}
+    assert fixed.needs_calibration and fixed.calibrate(warm) == {"alpha_s": 0.25, "real_transfer_s": probed,
+                                                                 "real_transfer_kinds_s": kinds}
 
 
 def test_real_transfer_interpolates_the_probed_sizes():
@@ -131,6 +137,12 @@ def test_real_transfer_interpolates_the_probed_sizes():
     assert real.seconds("all_reduce", MB, 1) == 0.0 and real.seconds("all_reduce", 0, 2) == 0.0
     with pytest.raises(ValueError, match="increasing"):
         RealTransfer(((MB, 1e-3), (MB, 2e-3)))
+    # a kind probed on its own is interpolated at its whole tensor's bytes, not ring-scaled
+    probed = RealTransfer.probed(1e-3, [(MB, 2e-3)], {"reduce_scatter": [(MB, 6e-3)]})
+    assert probed.seconds("reduce_scatter", MB // 2, 2) == pytest.approx(3.5e-3)
+    assert probed.seconds("all_gather", MB, 2) == pytest.approx(1.5e-3)  # not probed: the ring-scaled all-reduce
+    with pytest.raises(ValueError, match="unknown collective"):
+        RealTransfer(((0, 1e-3),), (("broadcast", ((0, 1e-3),)),))
 
 
 def test_alpha_is_charged_once_per_collective():

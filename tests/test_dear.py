@@ -119,21 +119,26 @@ def test_dear_simulator_exact_steady_state():
     from dreamddp.prediction import simulate
 
     # Forward a, b, c (backward c, b, a): fwd .2/.2/.1, bp c=1 b=2 a=3, measured all-reduce
-    # c=4 b=1 a=2 on 2 workers, so reduce-scatter = all-gather = half; step .25; one unit per group.
+    # c=4 b=1 a=2 on 2 workers, so reduce-scatter = all-gather = half; one unit per group; step
+    # .25, all of it the optimizer's, a third per unit (no bytes: equal shares), which DeAR applies
+    # to each group in its forward pre-hook, after its all-gather (SyncOp.steps), none at the step.
     # Backward (starting at fwd end F): RS c F+1 -> F+3, b F+3 -> F+3.5, a F+6 -> F+7 (link busy until F+7).
-    # Next forward (starts at F+6.25): AG a 7 -> 8 (wait 1.75), at a's pre-hook AG b 8 -> 8.5 (wait .3 after
-    # a's .2 forward), at b's pre-hook AG c 8.5 -> 10.5 (wait 1.8): exposed 3.85, iteration 6.75 + 3.85.
+    # Next forward (starts at F+6): AG a 7 -> 8 (wait 2); at a's pre-hook AG b 8 -> 8.5, a's step
+    # (1/12) and forward (.2) (wait .3 - 1/12); at b's pre-hook AG c 8.5 -> 10.5, b's step and
+    # forward (wait 1.8 - 1/12), c's step: exposed 3.85 + 1/12, iteration 6.75 + 3.85 + 1/12.
+    # (The first plan has no all-gathers: that iteration charges the whole step; the warm-up
+    # window of H=2 drops it.)
     p = Profile(units=["c", "b", "a"], bp={"c": 1.0, "b": 2.0, "a": 3.0}, comm={"c": 4.0, "b": 1.0, "a": 2.0},
                 fwd={"a": 0.2, "b": 0.2, "c": 0.1}, nbytes={}, step_time=0.25)
-    r = simulate("dear", p, H=1, iterations=3)
-    assert r.per_iter == [pytest.approx((10.6, 3.85))] * 3
+    r = simulate("dear", p, H=2, iterations=3)
+    assert r.per_iter == [pytest.approx((10.6 + 1 / 12, 3.85 + 1 / 12))] * 3
     assert simulate("ssgd", p, H=1).mean_iter == 13.75
     # Clipping: every reduce-scatter completes at the end of backward, then the norm's scalar
-    # all-reduce (no time on the measured link): backward ends at F+9.6 and waits for RS a
-    # until F+10.6 (1.0), the step ends at F+10.85; the next forward finds the link idle and
-    # waits as above (3.1): iteration 10.85, exposed 4.1.
-    r = simulate("dear", p, H=1, iterations=3, grad_clip=1.0)
-    assert r.per_iter == [pytest.approx((10.85, 4.1))] * 3
+    # all-reduce (no time on the measured link): backward ends at F+6 and waits for RS a
+    # until F+7 (1.0); the next forward finds the link idle and waits as above, less the
+    # 1.0 s it already waited: iteration 6.75 + 3.85 + 1/12 again, exposed the same.
+    r = simulate("dear", p, H=2, iterations=3, grad_clip=1.0)
+    assert r.per_iter == [pytest.approx((10.6 + 1 / 12, 3.85 + 1 / 12))] * 3
     assert [(op.collective, op.complete.value) for op in r.ops[0] if op.launch.value != "before_forward"] == [
         ("reduce_scatter", "end_of_backward")] * 3 + [("all_reduce", "end_of_backward")]
 

@@ -38,6 +38,11 @@ def test_dreamddp_run_records_prediction_close_to_measurement(tmp_path, schedule
     # and the real backend's all-reduces by size, which the deferred carrier exposes at a wait
     assert link["carrier"] == "deferred" and [b for b, _ in link["real_transfer_ms"]] == [256 * 1024, 1 << 20, 4 << 20, 16 << 20]
     assert all(ms > 0 for _, ms in link["real_transfer_ms"])
+    # and its other kinds, probed on their own (gloo's do not scale as a ring's from its all-reduce)
+    kinds = link["real_transfer_kinds_ms"]
+    assert sorted(kinds) == ["all_gather", "reduce_scatter"]
+    assert all([b for b, _ in v] == [b for b, _ in link["real_transfer_ms"]] and all(ms > 0 for _, ms in v)
+               for v in kinds.values())
     assert rec["extra"]["schedule"]["source"] == f"profiled ({scheduler})"
     # every rank's compute per timed iteration, aligned by iteration (the skew drawn together)
     by_rank = rec["extra"]["compute_by_rank"]

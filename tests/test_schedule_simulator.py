@@ -201,3 +201,29 @@ def test_skew_drawn_together_keeps_how_the_ranks_moved():
 def test_joint_skew_needs_aligned_samples():
     with pytest.raises(ValueError, match="same number of samples"):
         Skew([np.array([1.0, 1.1]), np.array([1.0])], joint=True)
+
+
+def test_an_op_that_steps_moves_its_share_of_the_step_behind_its_wait():
+    """``SyncOp.steps``: the optimizer step of the op's units runs where the op completes (after
+    its wait, as DeAR steps a group in its forward pre-hook), not at the iteration's step, where
+    it overlapped the link.  Two units, forward 1 s each, backward 1 s each, step 2 s of which
+    1.5 s is the optimizer (half per unit), one 3 s collective of both units' gradients launched
+    when the last is ready (4 s into iteration 0) and completed in the next forward."""
+    from dreamddp.engine.plan import Payload, SyncOp, When
+    from dreamddp.schedule.simulator import Compute, simulate_plan
+
+    compute = Compute(fwd=np.ones(2), bp=np.ones(2), step=2.0, optimizer=1.5, share=np.array([0.5, 0.5]))
+
+    def timed(steps: bool):
+        op = SyncOp(0, 1, Payload.GRAD, When.UNIT_READY, When.BEFORE_FORWARD, steps=steps)
+        return simulate_plan(lambda t: (op,), compute, lambda op: 3.0, H=1, iterations=2).per_iter
+
+    # the step at the end (0.5 s left there): the link, busy from 4 to 7, is waited for 2.5 s
+    # from 4.5; then 1.5 s of step, 2 s forward, 2 s backward, 0.5 s step: 8.5 s per iteration
+    assert timed(True) == [pytest.approx((8.5, 2.5))] * 2
+    # a collective that does not step: the whole 2 s step ran while the link carried it
+    assert timed(False) == [pytest.approx((7.0, 1.0))] * 2
+    with pytest.raises(ValueError, match="steps"):
+        SyncOp(0, 1, Payload.PARAM, When.UNIT_READY, When.BEFORE_FORWARD, steps=True)
+    with pytest.raises(ValueError, match="step shares"):
+        Compute(fwd=np.ones(2), bp=np.ones(2), step=2.0, share=np.ones(3))

@@ -26,8 +26,11 @@ backward), with clipping the norm's all-reduce (a payload made at launch: one
 fp32 scalar, launched and completed at the end of backward, so the link
 carries it behind the reduce-scatters) and, from the second iteration on, an
 all-gather per group (launched in the pre-hook of the group before it in
-forward order, completed in its own).  The plan of the first iteration after
-set-up or a flush has no all-gathers: nothing is pending then.
+forward order, completed in its own, where it applies the group's step:
+``SyncOp.steps``, so the simulator charges that step there, behind the wait,
+and not at the iteration's step, where it would overlap the link).  The plan
+of the first iteration after set-up or a flush has no all-gathers: nothing is
+pending then.
 
 Choice: the averaged GRADIENT shards are all-gathered and every rank steps
 the whole group (not a sharded optimizer that all-gathers parameters).  Every
@@ -91,7 +94,8 @@ class DeAR(Algorithm):
                           scale=NORM_BYTES / layout.run_bytes(0, len(layout) - 1)),)
         ag, at = [], None
         for a, b in sorted(self.groups, key=lambda g: -g[1]):  # forward order: the input side first
-            ag.append(SyncOp(a, b, Payload.GRAD, When.BEFORE_FORWARD, When.BEFORE_FORWARD, "all_gather", lag=0, at=at))
+            ag.append(SyncOp(a, b, Payload.GRAD, When.BEFORE_FORWARD, When.BEFORE_FORWARD, "all_gather", lag=0, at=at,
+                             steps=True))
             at = b
         self._first, self._steady = rs, rs + tuple(ag)
         self._fresh = True  # the next iteration has no all-gathers (nothing pending)
@@ -164,7 +168,7 @@ class DeAR(Algorithm):
         return engine.comm.all_gather(s["src"], s["shard"], tag=f"ag:{a}-{b}")
 
     def on_complete(self, engine, op: SyncOp) -> None:
-        if op.collective == "all_gather":
+        if op.steps:  # the group's all-gather
             self._apply(engine, self.group_of[op.last])
 
     def _apply(self, engine, g: int) -> None:

@@ -265,24 +265,32 @@ class Communicator:
         )
 
     # -- blocking control traffic: unpaced, unaccounted ---------------------
-    def probe_latency(self, like: torch.Tensor, repeats: int = 30, warmup: int = 5, numel: int = 1) -> float:
-        """Median seconds of one collective on the real backend: an all-reduce of ``numel``
-        elements (AVG, as the algorithms launch it; one: its fixed cost), unpaced and
-        unaccounted, after a barrier."""
+    def probe_latency(self, like: torch.Tensor, repeats: int = 30, warmup: int = 5, numel: int = 1,
+                      kind: str = "all_reduce") -> float:
+        """Median seconds of one collective on the real backend over ``numel`` elements (AVG, as
+        the algorithms launch it; one: its fixed cost): an all-reduce, a reduce-scatter of them
+        or an all-gather into them (``kind``), unpaced and unaccounted, after a barrier."""
+        world = self.world_size
+        if kind != "all_reduce":
+            numel = -(-numel // world) * world  # a multiple of the world, as the algorithms pad it
         if like.device.type == "cpu":
             # Not training memory: allocated outside torch's allocator, whose profiler (make bench's
             # memory segments) would keep counting a buffer that gloo's thread frees, unseen, last.
             x = torch.from_numpy(np.zeros(numel * like.element_size(), dtype=np.uint8)).view(like.dtype)
         else:
             x = like.new_zeros(numel)
+        shard = x[: numel // world].clone() if kind != "all_reduce" else None
+        launch = {"all_reduce": lambda: dist.all_reduce(x, group=self.group, async_op=True),
+                  "reduce_scatter": lambda: _reduce_scatter(shard, x, group=self.group, async_op=True),
+                  "all_gather": lambda: _all_gather(x, shard, group=self.group, async_op=True)}[kind]
+        post = self._div_post(shard if kind == "reduce_scatter" else x, False) if kind != "all_gather" else None
         unpaced = IdealLink()
         dist.barrier(group=self.group)
         times = []
         for i in range(warmup + repeats):
             t0 = time.perf_counter()
-            record = make_record("all_reduce", "probe", x.numel() * x.element_size(), self.world_size, unpaced)
-            work = dist.all_reduce(x, group=self.group, async_op=True)
-            Handle(record, work, self._div_post(x, False), None, _device_sync(x)).wait()
+            record = make_record(kind, "probe", x.numel() * x.element_size(), world, unpaced)
+            Handle(record, launch(), post, None, _device_sync(x)).wait()
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
         times.sort()

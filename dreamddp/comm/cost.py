@@ -86,36 +86,54 @@ class LinkModel:
         return self.alpha_s + collective_time(kind, nbytes, world, self.gbps, self.latency_s, self.calibration)
 
 
-# The all-reduce sizes at which a paced link measures the real backend at start-up
-# (RealTransfer); the one-element all-reduce (alpha) is the first point.  Gloo's time is not
-# affine in the size (its algorithm changes with it), so a few sizes, interpolated.
+# The sizes at which a paced link measures the real backend at start-up (RealTransfer), for
+# every collective kind; the one-element all-reduce (alpha) is the first point.  Gloo's time is
+# not affine in the size (its algorithm changes with it), so a few sizes, interpolated; nor do
+# its kinds scale as a ring's would: on a 2-core host (2 workers) a reduce-scatter took 1.3x an
+# all-reduce of the same bytes (median, results/simulator_fast's probes), where a ring takes
+# half, and an all-gather 0.7x.
 PROBE_BYTES = (256 * 1024, 1024 * 1024, 4 * 1024 * 1024, 16 * 1024 * 1024)
+
+Points = tuple[tuple[int, float], ...]
 
 
 @dataclass(frozen=True)
 class RealTransfer:
     """What the real backend takes for one collective, by size, on the workers it was measured
-    with: piecewise linear through measured all-reduces (bytes, seconds), beyond the largest
-    along the last segment.  The deferred carrier (comm/carrier.py) runs the real transfer
-    when a worker first waits, so on a real host it can outlast a fast emulated link."""
+    with: piecewise linear through measured collectives (bytes, seconds), beyond the largest
+    along the last segment; ``points`` the all-reduce's, ``kinds`` the other kinds' where
+    probed (else the all-reduce's, scaled as a ring).  Bytes: the collective's whole tensor
+    (a reduce-scatter's input, an all-gather's output).  The deferred carrier
+    (comm/carrier.py) runs the real transfer when a worker first waits, so on a real host it
+    can outlast a fast emulated link."""
 
-    points: tuple[tuple[int, float], ...]
+    points: Points
+    kinds: tuple[tuple[str, Points], ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.points or any(b <= a for (a, _), (b, _) in zip(self.points, self.points[1:])):
-            raise ValueError(f"RealTransfer: points need increasing byte counts, got {self.points}")
+        for kind, pts in (("all_reduce", self.points), *self.kinds):
+            if kind not in KINDS:
+                raise ValueError(f"RealTransfer: unknown collective {kind!r}")
+            if not pts or any(b <= a for (a, _), (b, _) in zip(pts, pts[1:])):
+                raise ValueError(f"RealTransfer: {kind} points need increasing byte counts, got {pts}")
 
     @classmethod
-    def probed(cls, alpha_s: float, sizes: "list[tuple[int, float]]") -> "RealTransfer":
+    def probed(cls, alpha_s: float, sizes: "list[tuple[int, float]]",
+               kinds: "dict[str, list[tuple[int, float]]] | None" = None) -> "RealTransfer":
         """From start-up measurements: the one-element all-reduce (alpha) at no bytes, then the
-        (bytes, seconds) of the PROBE_BYTES all-reduces."""
-        return cls(((0, alpha_s), *((int(b), float(s)) for b, s in sizes)))
+        (bytes, seconds) of the PROBE_BYTES all-reduces; ``kinds``: the other kinds' probes."""
+        def points(measured):
+            return ((0, alpha_s), *((int(b), float(s)) for b, s in measured))
+        return cls(points(sizes), tuple((k, points(v)) for k, v in sorted((kinds or {}).items())))
 
     def seconds(self, kind: str, nbytes: int, world: int) -> float:
         if world == 1 or nbytes <= 0:
             return 0.0
-        size = nbytes * ring_factor(kind, world) / ring_factor("all_reduce", world)  # all-reduce bytes alike
-        pts = self.points
+        pts = dict(self.kinds).get(kind)
+        if pts is None:  # the all-reduce's, at the bytes a ring moves alike
+            pts, size = self.points, nbytes * ring_factor(kind, world) / ring_factor("all_reduce", world)
+        else:
+            size = nbytes
         if size <= pts[0][0] or len(pts) == 1:
             return pts[0][1]
         for (b0, s0), (b1, s1) in zip(pts, pts[1:]):

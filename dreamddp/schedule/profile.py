@@ -35,6 +35,9 @@ class Profile:
     nbytes: dict[str, int] = field(default_factory=dict)  # may be empty
     step_time: float = 0.0  # optimizer step + other per-iteration overhead
     meta: dict = field(default_factory=dict)
+    # Of step_time, the optimizer step alone (None: all of it, as the start-up profiler measures
+    # it); a plan may move it out of the iteration's step (SyncOp.steps)
+    optimizer_time: float | None = None
 
 
 def _finite(value, where: str) -> float:

@@ -11,7 +11,9 @@ units) and walks, per iteration, the points the engine walks:
     backward: unit i's gradient ready at the backward prefix sum; UNIT_READY
               ops launch when their last unit is ready
     END_OF_BACKWARD: launches, then completions due (wait)
-    the optimizer step (``step_time``)
+    the optimizer step (``step_time``), less the share of it that ops with
+              ``steps`` apply where they complete (DeAR: in forward, after
+              each group's all-gather, where no link work hides it)
     AFTER_STEP: launches, then completions due (wait)
 
 Every collective queues on the worker's FIFO link (``start = max(link free,
@@ -58,6 +60,23 @@ class Compute:
     bp: np.ndarray  # backward seconds of each unit
     step: float  # optimizer step (and the rest of the iteration's overhead)
     fwd_rest: float = 0.0  # forward of modules that are not units, at the start of forward
+    optimizer: float = 0.0  # of ``step``, the optimizer step alone: what ops with ``steps`` move
+    share: np.ndarray | None = None  # each unit's share of the optimizer step (its bytes' share)
+
+    def __post_init__(self) -> None:
+        n = len(self.bp)
+        share = np.zeros(n) if self.share is None else np.asarray(self.share, dtype=float)
+        if share.shape != (n,):
+            raise ValueError(f"Compute: {share.size} step shares for {n} units")
+        self.share = share
+        self._shares = np.concatenate([[0.0], np.cumsum(share)])  # prefix sums: a run's share in O(1)
+
+    def stepped(self, op: SyncOp) -> float:
+        """Seconds of the optimizer step an op with ``steps`` applies where it completes."""
+        if not op.steps:
+            return 0.0
+        run = sum(self._shares[b + 1] - self._shares[a] for a, b in op.runs)
+        return self.optimizer * run / op.part[1]
 
 
 @dataclass
@@ -156,6 +175,7 @@ class _Ranks:
         # each started one ends (the backend runs them one after another); by launch number,
         # since a plan may hand out the same op object again before the first is done
         self.launches = 0
+        self.stepping = 0.0  # optimizer-step seconds the ops completed at the current point apply
         self.queued: list[tuple[int, int, SyncOp]] = []  # (launch number, iteration, op)
         self.real_done: dict[int, float] = {}
         self.real_free = -np.inf
@@ -193,7 +213,13 @@ class _Ranks:
             w = np.maximum(0.0, done - self.clock)
             self.clock = self.clock + w
             waited += w
+            self.stepping += self.c.stepped(op)
         return waited
+
+    def apply(self, factor: np.ndarray) -> None:
+        """The optimizer step the ops just completed apply (``SyncOp.steps``), after their wait."""
+        self.clock = self.clock + self.stepping * factor
+        self.stepping = 0.0
 
     def rebase(self) -> None:
         """Times relative to the earliest rank's clock, so long runs keep exact arithmetic."""
@@ -218,8 +244,9 @@ class _Ranks:
         self.clock = self.clock + c.fwd_rest * factor
         for u in range(len(c.fwd) - 1, -1, -1):  # forward order
             waited += self.wait((t, u))
-            for op in forward_launch.get(u, ()):
+            for op in forward_launch.get(u, ()):  # the engine launches before it applies
                 self.launch(op, t, self.clock)
+            self.apply(factor)
             self.clock = self.clock + c.fwd[u] * factor
         ready = self.clock[:, None] + np.cumsum(c.bp)[None, :] * factor[:, None]
         for op in sorted((op for op in plan if op.launch is When.UNIT_READY), key=lambda op: op.ready_unit):
@@ -231,11 +258,14 @@ class _Ranks:
         for key in [k for k in self.due if k[0] <= t and isinstance(k[1], int)]:  # pre-hooks that did not run
             waited += self.wait(key)
         waited += self.wait((t, When.END_OF_BACKWARD))
-        self.clock = self.clock + c.step * factor
+        self.apply(factor)
+        # the step less what this plan's ops apply where they complete
+        self.clock = self.clock + (c.step - sum(c.stepped(op) for op in plan)) * factor
         for op in plan:
             if op.launch is When.AFTER_STEP:
                 self.launch(op, t, self.clock)
         waited += self.wait((t, When.AFTER_STEP))
+        self.apply(factor)
         if self.carrier_at_step and self.queued:
             self.flush()
         return self.clock - start, waited, self.launched

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from dreamddp.checks import at_least
-from dreamddp.comm.cost import PROBE_BYTES, QUEUED
+from dreamddp.comm.cost import KINDS, PROBE_BYTES, QUEUED
 from dreamddp.schedule.profile import Profile
 from dreamddp.warmup.profiler import measure_profile
 
@@ -50,17 +50,27 @@ class Warmup:
         self.comm.all_reduce_max(alpha)
         return float(alpha)
 
-    def real_transfer(self) -> list[tuple[int, float]] | None:
-        """(bytes, seconds) of all-reduces of comm.cost.PROBE_BYTES on the real backend,
+    def real_transfer(self, kind: str = "all_reduce") -> list[tuple[int, float]] | None:
+        """(bytes, seconds) of ``kind`` collectives over comm.cost.PROBE_BYTES on the real backend,
         unpaced (all ranks agree: the slowest); None unless a queued carrier (deferred, step) will
         expose that transfer at the waits (an eager one runs it behind the link's pacing)."""
         if self.comm.carrier not in QUEUED:
             return None
         like = self.engine.units[0].params[0]
-        secs = torch.tensor([self.comm.probe_latency(like, repeats=5, warmup=1, numel=b // like.element_size())
+        if kind != "all_reduce" and like.is_cuda and "nccl" not in self.comm.backend:
+            like = torch.empty(0, dtype=like.dtype)  # gloo moves these kinds through host copies (communicator.py)
+        secs = torch.tensor([self.comm.probe_latency(like, repeats=5, warmup=1, numel=b // like.element_size(),
+                                                     kind=kind)
                              for b in PROBE_BYTES], dtype=torch.float64)
         self.comm.all_reduce_max(secs)
         return [(b // like.element_size() * like.element_size(), s) for b, s in zip(PROBE_BYTES, secs.tolist())]
+
+    def real_transfer_kinds(self) -> dict[str, list[tuple[int, float]]] | None:
+        """``real_transfer`` of the kinds other than the all-reduce (their own probes: gloo's do
+        not scale from its all-reduce as a ring's would, comm/cost.py)."""
+        if self.comm.carrier not in QUEUED:
+            return None
+        return {kind: self.real_transfer(kind) for kind in KINDS if kind != "all_reduce"}
 
     def backward_time(self) -> float:
         """Seconds of one backward pass (all ranks agree: the slowest sets it); no traffic."""

@@ -41,6 +41,7 @@ class EmulatedLink(Link):
         self.comm_ratio = comm_ratio
         self.alpha_s = alpha_s  # None: measured by calibrate() at start-up
         self._probed: list[tuple[int, float]] | None = None  # the real backend's all-reduces by size, ditto
+        self._probed_kinds: dict[str, list[tuple[int, float]]] | None = None  # its other collectives, ditto
         self._free_at = -math.inf
 
     @classmethod
@@ -86,9 +87,12 @@ class EmulatedLink(Link):
             self._free_at += dt
 
     def describe(self) -> dict:
-        probed = None if self._probed is None else [[b, s * 1e3] for b, s in self._probed]
-        return {**super().describe(), "gbps": self._gbps, "latency_ms": self.latency_ms,
-                "calibration": self.calibration, "real_transfer_ms": probed}
+        ms = lambda probed: [[b, s * 1e3] for b, s in probed]  # noqa: E731
+        out = {**super().describe(), "gbps": self._gbps, "latency_ms": self.latency_ms,
+               "calibration": self.calibration, "real_transfer_ms": None if self._probed is None else ms(self._probed)}
+        if self._probed_kinds:
+            out["real_transfer_kinds_ms"] = {k: ms(v) for k, v in self._probed_kinds.items()}
+        return out
 
     @property
     def real_transfer(self) -> RealTransfer | None:
@@ -96,7 +100,7 @@ class EmulatedLink(Link):
         the sizes probed at start-up): what the deferred carrier adds at a wait."""
         if self._probed is None or self.alpha_s is None:
             return None
-        return RealTransfer.probed(self.alpha_s, self._probed)
+        return RealTransfer.probed(self.alpha_s, self._probed, self._probed_kinds)
 
     def model(self) -> LinkModel:
         return LinkModel(self._gbps, self.latency_ms / 1e3, self.calibration, self.alpha_s or 0.0)
@@ -131,6 +135,9 @@ class EmulatedLink(Link):
         out = super().calibrate(warmup)
         self._probed = warmup.real_transfer()
         out["real_transfer_s"] = self._probed
+        self._probed_kinds = warmup.real_transfer_kinds()
+        if self._probed_kinds:
+            out["real_transfer_kinds_s"] = self._probed_kinds
         if self.comm_ratio is not None:
             backward = warmup.backward_time()
             nbytes, world = warmup.model_bytes, warmup.world
@@ -139,11 +146,15 @@ class EmulatedLink(Link):
         return out
 
     def setup_state(self) -> dict:
-        return {**super().setup_state(), "gbps": self._gbps, "real_transfer_s": self._probed}
+        return {**super().setup_state(), "gbps": self._gbps, "real_transfer_s": self._probed,
+                "real_transfer_kinds_s": self._probed_kinds}
 
     def load_setup_state(self, state: dict) -> None:
         super().load_setup_state(state)
         if state.get("gbps") is not None:
             self._gbps = float(state["gbps"])
+        pairs = lambda probed: [(int(b), float(s)) for b, s in probed]  # noqa: E731
         if state.get("real_transfer_s") is not None:
-            self._probed = [(int(b), float(s)) for b, s in state["real_transfer_s"]]
+            self._probed = pairs(state["real_transfer_s"])
+        if state.get("real_transfer_kinds_s"):
+            self._probed_kinds = {k: pairs(v) for k, v in state["real_transfer_kinds_s"].items()}
