@@ -52,9 +52,11 @@ PHASE_RUNS := "--algo nosync" "--algo dreamddp --set H=10 --carrier deferred" \
               "--algo dreamddp --set H=10 overlap_forward=true --carrier deferred" \
               "--algo dreamddp --set H=10 merge_delay=1 --carrier step"
 # DeAR's own host work (its per-group copies, steps and zeroing), at make bench's bucket sizes:
-# what the simulator does not charge beyond the step it moves (results/simulator/README.md)
+# what the simulator does not charge beyond the step it moves (results/simulator/README.md);
+# then DreamDDP on a fast link's schedule (comm/backward 0.1: most units synced every iteration,
+# each its own collective), results/simulator_fast/README.md's regime
 DEAR_PHASES := --algo dear --carrier deferred
-engine-phases: venv ## the engine's own cost by phase (an algorithm on a one-process group against the bare model; one core) -> results/bench/engine_phases.md (~10 min)
+engine-phases: venv ## the engine's own cost by phase (an algorithm on a one-process group against the bare model; one core) -> results/bench/engine_phases.md (~15 min)
 	rm -f $(PHASES_MD).tmp
 	for run in $(PHASE_RUNS); do \
 	  $(PY) runners/engine_phases.py --model resnet18 --size compute --batch 8 --iterations 200 $$run --out $(PHASES_MD).tmp || exit 1; \
@@ -63,6 +65,7 @@ engine-phases: venv ## the engine's own cost by phase (an algorithm on a one-pro
 	$(PY) runners/engine_phases.py --model resnet50 --size paper --batch 4 --iterations 60 --out $(PHASES_MD).tmp
 	$(PY) runners/engine_phases.py --model resnet18 --size compute --batch 8 --iterations 200 $(DEAR_PHASES) --set bucket_mb=9.8 --out $(PHASES_MD).tmp
 	$(PY) runners/engine_phases.py --model gpt2 --size compute --batch 8 --block 128 --iterations 100 $(DEAR_PHASES) --set bucket_mb=0.78 --out $(PHASES_MD).tmp
+	$(PY) runners/engine_phases.py --model resnet18 --size compute --batch 8 --iterations 200 --algo dreamddp --set H=10 --ratio 0.1 --carrier deferred --out $(PHASES_MD).tmp
 	mv $(PHASES_MD).tmp $(PHASES_MD)
 
 figures: venv ## tables + figures under results/ from the committed run records (results/runs)
