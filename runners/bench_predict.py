@@ -143,7 +143,7 @@ def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profil
     fs, bs = fwd / sum(profile.fwd.values()), bwd / sum(profile.bp.values())
     return replace(profile, fwd={u: v * fs for u, v in profile.fwd.items()},
                    bp={u: v * bs for u, v in profile.bp.items()}, step_time=rest,
-                   optimizer_time=min(profile.step_time, rest))
+                   optimizer_time=profile.step_time)
 
 
 def own_compute(rec: dict, profile: Profile) -> Profile:
@@ -211,13 +211,14 @@ def predict(rec: dict, profile: Profile, skew) -> float:
     return _simulate(rec, profile, skew, WINDOWS, real=True).mean_iter
 
 
+def plan_run(rec: dict, profile: Profile, real: bool = False):
+    """The simulator on the run's own plan with no skew, one window (after the warm-up one):
+    ``plan_bound`` is its mean iteration, its ``ops`` what the plan launches."""
+    return _simulate(rec, profile, None, 1, real)
+
+
 def plan_bound(rec: dict, profile: Profile, real: bool = False) -> float:
-    return _simulate(rec, profile, None, 1, real).mean_iter
-
-
-def plan_ops(rec: dict, profile: Profile) -> list:
-    """The ops the run's plan launches over one window (after the warm-up window)."""
-    return [op for ops in _simulate(rec, profile, None, 1, real=False).ops for op in ops]
+    return plan_run(rec, profile, real).mean_iter
 
 
 def compute_time(profile: Profile) -> float:

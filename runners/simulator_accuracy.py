@@ -71,7 +71,8 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                 drawn_apart = None if apart is None else bp.predict(rec, profile, apart)
                 own = bp.predict(rec, bp.own_compute(rec, profile), skew)
                 in_run = (rec["summary"].get("predicted") or {}).get("mean_iteration_time")
-                ring, at_end = _counterfactuals(rec, profile, skew)
+                link_only = bp.plan_run(rec, profile)
+                ring, at_end = _counterfactuals(rec, profile, skew, [op for ops in link_only.ops for op in ops])
                 out.append({"model": model, "ratio": ratio, "rep": rep, "chunk": chunk, "regime": regime, "algorithm": label, "measured_s": measured,
                             "predicted_s": predicted, "error": predicted / measured - 1,
                             "skew_drawn": "together" if together else "apart",
@@ -82,7 +83,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                             "own_compute_s": own, "own_error": own / measured - 1,
                             "nosync_only_error": bp.predict(rec, alone, alone_skew) / measured - 1,
                             "no_skew_s": bp.plan_bound(rec, profile, real=True),
-                            "link_only_s": bp.plan_bound(rec, profile), "in_run_s": in_run,
+                            "link_only_s": link_only.mean_iter, "in_run_s": in_run,
                             "late_ms": None if (late := bench_report.lateness(rec)) is None else 1e3 * late,
                             "backward_x_reference": bp.backward_over_reference(rec, segs),
                             "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward,
@@ -91,12 +92,12 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
     return out
 
 
-def _counterfactuals(rec: dict, profile, skew) -> tuple[float | None, float | None]:
-    """For a plan with reduce-scatters or all-gathers, the prediction with their real transfer
-    scaled from the all-reduce's as a ring (records with their own probes only); for a plan whose
-    ops apply the step where they complete (SyncOp.steps), with the whole step charged at the
-    iteration's step instead.  None where the run has no such op."""
-    ops = bp.plan_ops(rec, profile)
+def _counterfactuals(rec: dict, profile, skew, ops: list) -> tuple[float | None, float | None]:
+    """For a plan (``ops``: what it launches in a window) with reduce-scatters or all-gathers,
+    the prediction with their real transfer scaled from the all-reduce's as a ring (records with
+    their own probes only); for a plan whose ops apply the step where they complete
+    (SyncOp.steps), with the whole step charged at the iteration's step instead.  None where
+    the run has no such op."""
     link = rec["extra"]["link"]
     ring = at_end = None
     if link.get("real_transfer_kinds_ms") and any(op.collective != "all_reduce" for op in ops):

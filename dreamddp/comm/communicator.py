@@ -65,6 +65,15 @@ def _device_sync(t: torch.Tensor) -> Callable[[], None] | None:
     return (lambda: torch.cuda.synchronize(t.device)) if t.is_cuda else None
 
 
+def _scratch(like: torch.Tensor, numel: int) -> torch.Tensor:
+    """Zeros of ``like``'s dtype and device for a probe.  Not training memory: on CPU allocated
+    outside torch's allocator, whose profiler (make bench's memory segments) would keep counting
+    a buffer that gloo's thread frees, unseen, last."""
+    if like.device.type == "cpu":
+        return torch.from_numpy(np.zeros(numel * like.element_size(), dtype=np.uint8)).view(like.dtype)
+    return like.new_zeros(numel)
+
+
 def check_flat(name: str, t: torch.Tensor) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
@@ -269,21 +278,22 @@ class Communicator:
                       kind: str = "all_reduce") -> float:
         """Median seconds of one collective on the real backend over ``numel`` elements (AVG, as
         the algorithms launch it; one: its fixed cost): an all-reduce, a reduce-scatter of them
-        or an all-gather into them (``kind``), unpaced and unaccounted, after a barrier."""
+        or an all-gather into them (``kind``), unpaced and unaccounted, after a barrier.  Where
+        the algorithms' reduce-scatters and all-gathers go through host copies (gloo with CUDA
+        tensors), theirs are probed on the host."""
         world = self.world_size
         if kind != "all_reduce":
             numel = -(-numel // world) * world  # a multiple of the world, as the algorithms pad it
-        if like.device.type == "cpu":
-            # Not training memory: allocated outside torch's allocator, whose profiler (make bench's
-            # memory segments) would keep counting a buffer that gloo's thread frees, unseen, last.
-            x = torch.from_numpy(np.zeros(numel * like.element_size(), dtype=np.uint8)).view(like.dtype)
-        else:
-            x = like.new_zeros(numel)
-        shard = x[: numel // world].clone() if kind != "all_reduce" else None
-        launch = {"all_reduce": lambda: dist.all_reduce(x, group=self.group, async_op=True),
-                  "reduce_scatter": lambda: _reduce_scatter(shard, x, group=self.group, async_op=True),
-                  "all_gather": lambda: _all_gather(x, shard, group=self.group, async_op=True)}[kind]
-        post = self._div_post(shard if kind == "reduce_scatter" else x, False) if kind != "all_gather" else None
+            if self._via_host(like):
+                like = torch.empty(0, dtype=like.dtype)
+        x = _scratch(like, numel)
+        shard = None if kind == "all_reduce" else _scratch(like, numel // world)
+        launch, post = {
+            "all_reduce": (lambda: dist.all_reduce(x, group=self.group, async_op=True), self._div_post(x, False)),
+            "reduce_scatter": (lambda: _reduce_scatter(shard, x, group=self.group, async_op=True),
+                               self._div_post(shard, False)),
+            "all_gather": (lambda: _all_gather(x, shard, group=self.group, async_op=True), None),
+        }[kind]
         unpaced = IdealLink()
         dist.barrier(group=self.group)
         times = []

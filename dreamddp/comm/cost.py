@@ -129,7 +129,7 @@ class RealTransfer:
     def seconds(self, kind: str, nbytes: int, world: int) -> float:
         if world == 1 or nbytes <= 0:
             return 0.0
-        pts = dict(self.kinds).get(kind)
+        pts = next((p for k, p in self.kinds if k == kind), None)
         if pts is None:  # the all-reduce's, at the bytes a ring moves alike
             pts, size = self.points, nbytes * ring_factor(kind, world) / ring_factor("all_reduce", world)
         else:

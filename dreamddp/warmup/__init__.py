@@ -57,8 +57,6 @@ class Warmup:
         if self.comm.carrier not in QUEUED:
             return None
         like = self.engine.units[0].params[0]
-        if kind != "all_reduce" and like.is_cuda and "nccl" not in self.comm.backend:
-            like = torch.empty(0, dtype=like.dtype)  # gloo moves these kinds through host copies (communicator.py)
         secs = torch.tensor([self.comm.probe_latency(like, repeats=5, warmup=1, numel=b // like.element_size(),
                                                      kind=kind)
                              for b in PROBE_BYTES], dtype=torch.float64)
