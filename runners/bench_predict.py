@@ -20,6 +20,8 @@ has half the variance of one.
   iteration, as they moved together, where the records hold the series), over many windows,
   with the real transfer the run's deferred carrier exposes at its waits (as its
   start-up probe measured it);
+  and the engine's host work per op (launches, completions) as the run's untimed first
+  iterations measured it (``engine_host``; CPU runs);
 - ``own_compute``: the profile charged the run's own compute instead (a diagnostic);
 - ``plan_bound``: the simulator on this run's own plan with no skew: the
   iteration its plan takes when every rank computes alike, on the modelled link
@@ -199,26 +201,46 @@ def _have_series(runs: list[list[dict]]) -> bool:
     return all("series" in r for run in runs for r in run)
 
 
-def _simulate(rec: dict, profile: Profile, skew, windows: int, real: bool):
+def engine_host(rec: dict) -> tuple[float, float] | None:
+    """The engine's host seconds per op, (launching, completing), waits excluded, over the run's
+    untimed first iterations (``warmup_cut``): measured before the iterations predicted, as the
+    start-up probes are.  None for records made before the engine timed them, runs that
+    launched nothing in those iterations, and CUDA runs, whose host books run ahead of the
+    device's compute rather than in its way."""
+    device = (rec["config"].get("cluster") or {}).get("device", "cpu")
+    if device == "cuda" or (device == "auto" and (rec.get("hardware") or {}).get("gpus")):
+        return None
+    rows = rec["iterations"][:warmup_cut(len(rec["iterations"]))]
+    if not rows or "launch_host" not in rows[0]:
+        return None
+    if not sum(r["ops"] for r in rows):
+        return None
+    per_op = lambda secs, n: sum(r[secs] for r in rows) / max(1, sum(r[n] for r in rows))  # noqa: E731
+    return per_op("launch_host", "ops"), per_op("complete_host", "completed")
+
+
+def _simulate(rec: dict, profile: Profile, skew, windows: int, real: bool, host: bool):
     algo = rec["config"]["algo"]
     return simulate_record(profile, rec["config"], world=rec["extra"]["world_size"], link=record_link(rec),
                            plan=rec["extra"]["algorithm"], skew=skew, carrier=record_carrier(rec) if real else None,
                            carrier_at_step=rec["extra"]["link"].get("carrier") == "step",
-                           iterations=windows * int(algo["H"]))
+                           iterations=windows * int(algo["H"]), host=engine_host(rec) if host else None)
 
 
-def predict(rec: dict, profile: Profile, skew) -> float:
-    return _simulate(rec, profile, skew, WINDOWS, real=True).mean_iter
+def predict(rec: dict, profile: Profile, skew, host: bool = True) -> float:
+    """``host=False``: without the engine's host work per op (a counterfactual)."""
+    return _simulate(rec, profile, skew, WINDOWS, real=True, host=host).mean_iter
 
 
-def plan_run(rec: dict, profile: Profile, real: bool = False):
+def plan_run(rec: dict, profile: Profile, real: bool = False, host: bool = False):
     """The simulator on the run's own plan with no skew, one window (after the warm-up one):
-    ``plan_bound`` is its mean iteration, its ``ops`` what the plan launches."""
-    return _simulate(rec, profile, None, 1, real)
+    ``plan_bound`` is its mean iteration, its ``ops`` what the plan launches.  A bound leaves
+    the engine's host work out (``host``), so the fraction of it a run reaches shows that work."""
+    return _simulate(rec, profile, None, 1, real, host)
 
 
-def plan_bound(rec: dict, profile: Profile, real: bool = False) -> float:
-    return plan_run(rec, profile, real).mean_iter
+def plan_bound(rec: dict, profile: Profile, real: bool = False, host: bool = False) -> float:
+    return plan_run(rec, profile, real, host).mean_iter
 
 
 def compute_time(profile: Profile) -> float:

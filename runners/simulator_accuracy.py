@@ -71,7 +71,9 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                 drawn_apart = None if apart is None else bp.predict(rec, profile, apart)
                 own = bp.predict(rec, bp.own_compute(rec, profile), skew)
                 in_run = (rec["summary"].get("predicted") or {}).get("mean_iteration_time")
-                link_only = bp.plan_run(rec, profile)
+                link_only = bp.plan_run(rec, profile, host=True)
+                host = bp.engine_host(rec)
+                no_host = predicted if host is None else bp.predict(rec, profile, skew, host=False)
                 ring, at_end = _counterfactuals(rec, profile, skew, [op for ops in link_only.ops for op in ops])
                 out.append({"model": model, "ratio": ratio, "rep": rep, "chunk": chunk, "regime": regime, "algorithm": label, "measured_s": measured,
                             "predicted_s": predicted, "error": predicted / measured - 1,
@@ -82,7 +84,10 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                             "syncs_every_iteration": all(r["bytes"] > 0 for r in bp.timed(rec)),
                             "own_compute_s": own, "own_error": own / measured - 1,
                             "nosync_only_error": bp.predict(rec, alone, alone_skew) / measured - 1,
-                            "no_skew_s": bp.plan_bound(rec, profile, real=True),
+                            "no_skew_s": bp.plan_bound(rec, profile, real=True, host=True),
+                            "host_launch_us": None if host is None else 1e6 * host[0],
+                            "host_complete_us": None if host is None else 1e6 * host[1],
+                            "no_host_s": no_host, "no_host_error": no_host / measured - 1,
                             "link_only_s": link_only.mean_iter, "in_run_s": in_run,
                             "late_ms": None if (late := bench_report.lateness(rec)) is None else 1e3 * late,
                             "backward_x_reference": bp.backward_over_reference(rec, segs),
@@ -239,6 +244,25 @@ def _skew_line(rows: list[dict]) -> str:
             + "; for runs that wait ".join(f"{what}: {t:.1f} ms against {a:.1f} ms" for what, t, a in parts) + ".")
 
 
+def _host_line(rows: list[dict]) -> str:
+    """What charging the engine's host work per op changes, for the runs whose records time it."""
+    timed = [r for r in rows if r.get("host_launch_us") is not None]
+    if not timed:
+        return ""
+    med, p95, right, ties, n = accuracy(rows)
+    h_med, h_p95, h_right, h_ties, _ = accuracy(rows, "no_host_error", "no_host_s")
+    launch = statistics.median(r["host_launch_us"] for r in timed)
+    complete = statistics.median(r["host_complete_us"] for r in timed)
+    return (f"The engine's host work per op: each run's record times its launches and completions (waits and "
+            f"optimizer steps excluded); the prediction charges each launch and each completion the run's mean over "
+            f"its untimed first iterations (median over runs: {launch:.0f} us per launch, {complete:.0f} us per "
+            f"completion; column *host us/op*; runs that launched nothing in those iterations, {len(rows) - len(timed)} "
+            f"of {len(rows)}, are charged none), a launch in backward delaying the gradients after it. Without it "
+            f"(column *no host*) the error would be median {h_med:.1%} (with it: {med:.1%}), 95th percentile "
+            f"{h_p95:.1%} ({p95:.1%}), the order right in {h_right} of {n} configurations ({right}), {h_ties} of {n} "
+            f"with ties ({ties}).")
+
+
 def _nosync_only_line(rows: list[dict]) -> str:
     """What the same predictions give with one compute-only run (nosync) as the reference."""
     errors = [abs(r["nosync_only_error"]) for r in rows]
@@ -271,25 +295,32 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
              "and no real transfer. *nosync only*: the error with nosync alone as the compute reference (one run's "
              "compute drifts with the host: two halve it). *in-run*: the run's own prediction from its start-up "
              "profile (DreamDDP runs). *ranks apart*: the error with each rank's compute drawn on its own (from "
-             "its quantiles) instead of together.", "",
+             "its quantiles) instead of together. *host us/op*: the engine's host seconds per launch / per "
+             "completion the prediction charges (the run's untimed first iterations); *no host*: the error "
+             "without them.", "",
              f"**{len(rows)} runs: median absolute error {med:.1%} (target {TARGETS['median']:.0%}), 95th percentile "
              f"{p95:.1%} (target {TARGETS['p95']:.0%}); the simulator orders the algorithms as measured in "
              f"{right} of {n} configurations, and in {ties} of {n} when runs measured within {TIE:.0%} of each "
              "other (the repetitions' spread) count as ties.**", "", _pairs_line(pair, over_reps), "",
              _compute_line(rows), "", _skew_line(rows), "",
              _nosync_only_line(rows), "", _own_compute_line(rows), "",
+             *([line, ""] if (line := _host_line(rows)) else []),
              *([line, ""] if (line := _kinds_line(rows)) else []),
              "| model | comm/backward | rep | algorithm | measured s | predicted s | error | ranks apart | no skew s "
-             "| link only s | nosync only | in-run s | waited beyond the link (ms) | backward x reference | own compute s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| link only s | nosync only | in-run s | waited beyond the link (ms) | backward x reference | own compute s "
+             "| host us/op | no host |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         in_run = "n/a" if r["in_run_s"] is None else f"{r['in_run_s']:.4f}"
         late = "n/a" if r["late_ms"] is None else f"{r['late_ms']:.1f}"
         apart = "n/a" if r["apart_error"] is None else f"{r['apart_error']:+.1%}"
+        host = ("n/a" if r.get("host_launch_us") is None
+                else f"{r['host_launch_us']:.0f} / {r['host_complete_us']:.0f}")
+        no_host = "n/a" if r.get("host_launch_us") is None else f"{r['no_host_error']:+.1%}"
         lines.append(f"| {r['model']} | {r['ratio']:g} | {r['rep']} | {r['algorithm']} | {r['measured_s']:.4f} | "
                      f"{r['predicted_s']:.4f} | {r['error']:+.1%} | {apart} | {r['no_skew_s']:.4f} | {r['link_only_s']:.4f} | "
                      f"{r['nosync_only_error']:+.1%} | {in_run} | {late} | {r['backward_x_reference']:.3f} | "
-                     f"{r['own_compute_s']:.4f} ({r['own_error']:+.1%}) |")
+                     f"{r['own_compute_s']:.4f} ({r['own_error']:+.1%}) | {host} | {no_host} |")
     lines += ["", "Ranking, per configuration:", "",
               f"| model | comm/backward | rep | same order | same order, ties within {TIE:.0%} | swapped pairs (measured gap) |",
               "|---|---|---|---|---|---|"]

@@ -126,3 +126,21 @@ def test_the_ranks_drawn_together_come_from_the_series_iteration_by_iteration(tm
     assert bp.rank_correlation(segs) == pytest.approx(float(np.corrcoef(a, b)[0, 1])) == pytest.approx(-0.6)
     del segs["plain@ideal"]  # a job without plain (--only): nosync's series alone
     assert bp.rank_correlation(segs) == pytest.approx(1.0)
+
+
+def test_the_engines_host_work_per_op_comes_from_the_untimed_iterations(runners):
+    """engine_host: per op, over the rows before summary.warmup_cut (the first 2 of 20), never
+    the timed ones; none where the record does not time it, nothing launched, or on CUDA."""
+    bp, _ = runners
+    early = [{"ops": 4, "launch_host": 4e-4, "completed": 2, "complete_host": 1e-4},
+             {"ops": 6, "launch_host": 8e-4, "completed": 8, "complete_host": 9e-4}]
+    late = [{"ops": 1, "launch_host": 1.0, "completed": 1, "complete_host": 1.0}] * 18
+    rec = {"config": {"cluster": {"device": "cpu"}}, "iterations": early + late}
+    assert bp.engine_host(rec) == pytest.approx((1.2e-4, 1e-4))
+    assert bp.engine_host({**rec, "config": {"cluster": {"device": "cuda"}}}) is None
+    auto = {**rec, "config": {"cluster": {"device": "auto"}}}  # resolved to CUDA where the host has a GPU
+    assert bp.engine_host({**auto, "hardware": {"gpus": []}}) == bp.engine_host(rec)
+    assert bp.engine_host({**auto, "hardware": {"gpus": ["NVIDIA H100"]}}) is None
+    assert bp.engine_host({**rec, "iterations": [{"time": 1.0}] * 20}) is None  # made before the engine timed it
+    idle = [{**r, "ops": 0} for r in early]
+    assert bp.engine_host({**rec, "iterations": idle + late}) is None

@@ -185,3 +185,44 @@ def test_dreamddp_general_schedule_validation(runs, message):
     sched = {"4": [0], "3": [0], "2": [1], "0": [0]}
     with pytest.raises(ScheduleError, match=message):
         make("dreamddp", H=2, sched=sched, collectives=runs)
+
+
+@pytest.mark.parametrize("name, kw, launched", [("ascwfbp", {"bucket_mb": 1048 / 2**20}, 2),
+                                                 ("flsgd", {}, 1), ("nosync", {}, 0)])
+def test_the_engine_times_its_host_work_per_op(name, kw, launched):
+    """The books the simulator charges per op (Compute.launch_host/complete_host): every launch
+    and every on_complete timed, waits excluded; nothing where nothing is launched."""
+    model, engine, comm, opt = make(name, **kw)
+    stats = run_iteration(model, engine, opt, 1)  # flsgd (H=2) syncs after the second step
+    assert len(stats.ops) == launched and stats.completed == launched
+    assert (stats.launch_host > 0) == (launched > 0) and stats.launch_host < stats.end - stats.start
+    assert stats.complete_host >= 0 and (launched or stats.complete_host == 0)
+
+
+def test_a_wait_or_a_step_inside_an_algorithms_launch_is_not_host_work(monkeypatch):
+    """DeAR's all-gather launch waits for its reduce-scatter, overlap's runs a unit's step: the
+    engine's books leave out what it times apart (the wait; the optimizer step)."""
+    import time
+
+    from dreamddp.engine import substep
+
+    model, engine, comm, opt = make("ssgd")
+    stepped = {"s": 0.0}
+    monkeypatch.setattr(substep, "stepped_seconds", lambda: stepped["s"])
+    launch, complete = engine.algorithm.launch, engine.algorithm.on_complete
+
+    def waiting_launch(eng, op):
+        time.sleep(0.2)
+        eng.stats.wait += 0.2  # as an algorithm adds a handle's wait
+        return launch(eng, op)
+
+    def stepping_complete(eng, op):
+        time.sleep(0.2)
+        stepped["s"] += 0.2  # as SubsetStepper.step counts itself
+        complete(eng, op)
+
+    monkeypatch.setattr(engine.algorithm, "launch", waiting_launch)
+    monkeypatch.setattr(engine.algorithm, "on_complete", stepping_complete)
+    stats = run_iteration(model, engine, opt, 0)
+    assert stats.wait >= 0.2 and stats.completed == 1
+    assert stats.launch_host < 0.1 and stats.complete_host < 0.1

@@ -227,3 +227,25 @@ def test_an_op_that_steps_moves_its_share_of_the_step_behind_its_wait():
         SyncOp(0, 1, Payload.PARAM, When.UNIT_READY, When.BEFORE_FORWARD, steps=True)
     with pytest.raises(ValueError, match="step shares"):
         Compute(fwd=np.ones(2), bp=np.ones(2), step=2.0, share=np.ones(3))
+
+
+def test_the_engines_host_work_per_op_is_charged_where_it_runs():
+    """``Compute.launch_host``/``complete_host``: a launch in backward delays the gradients after
+    it (the hook runs on backward's thread), a completion adds its work after its wait.  Two
+    units, forward and backward 1 s each, step 2 s, one 0.5 s all-reduce per unit launched when
+    it is ready and completed at the end of backward; 0.1 s per launch, 0.2 s per completion."""
+    from dreamddp.engine.plan import Payload, SyncOp, When
+    from dreamddp.schedule.simulator import Compute, simulate_plan
+
+    plan = tuple(SyncOp(u, u, Payload.GRAD, When.UNIT_READY, When.END_OF_BACKWARD) for u in range(2))
+
+    def timed(**host):
+        compute = Compute(fwd=np.ones(2), bp=np.ones(2), step=2.0, **host)
+        return simulate_plan(lambda t: plan, compute, lambda op: 0.5, H=1, iterations=2).per_iter
+
+    # no host work: ready at 3 and 4, the second collective done at 4.5: 0.5 s waited
+    assert timed() == [pytest.approx((6.5, 0.5))] * 2
+    # the first launch (at 3) moves unit 1's gradient to 4.1; backward ends at 4.2; the first
+    # collective (done 3.5) costs its 0.2 s of completion (4.4), the second (done 4.6) 0.2 s
+    # waited and 0.2 s of completion (4.8); step: 6.8
+    assert timed(launch_host=0.1, complete_host=0.2) == [pytest.approx((6.8, 0.2))] * 2

@@ -40,11 +40,13 @@ and synchronised on flat buffers.
 from __future__ import annotations
 
 import functools
+import time
 
 import torch
 from torch import nn
 
 from dreamddp.clock import Stamps, clock_for
+from dreamddp.engine import substep
 from dreamddp.engine.divergence import divergence
 from dreamddp.engine.flat import FlatModel
 from dreamddp.engine.layout import UnitLayout
@@ -228,7 +230,9 @@ class PartialSyncEngine:
     def _launch(self, i: int) -> None:
         op = self.plan[i]
         self._launched[i] = True
+        b0 = self._books()
         handle = self.algorithm.launch(self, op)
+        self.stats.launch_host += self._books() - b0
         self.stats.ops.append(op)
         due = self.t + op.lag
         if op.complete is When.BEFORE_FORWARD:
@@ -241,8 +245,23 @@ class PartialSyncEngine:
     def _complete(self, entries: list) -> None:
         for _, handle in entries:
             self.stats.wait += handle.wait()
-        for op, _ in entries:
+        self._on_complete([op for op, _ in entries])
+
+    def _on_complete(self, ops: list[SyncOp]) -> None:
+        b0 = self._books()
+        for op in ops:
             self.algorithm.on_complete(self, op)
+        self.stats.complete_host += self._books() - b0
+        self.stats.completed += len(ops)
+
+    def _books(self) -> float:
+        """A clock of the engine's host work on its ops: the host's, less what is timed apart.
+        A wait inside an algorithm's launch (DeAR's all-gather waits for its reduce-scatter)
+        is a wait; an op completed inside another's launch counts once, as a completion; an
+        optimizer step (a DeAR group's, an overlapped unit's) is the step's, which the
+        simulator charges as the step, not as the op's books."""
+        s = self.stats
+        return time.perf_counter() - s.wait - s.launch_host - s.complete_host - substep.stepped_seconds()
 
     def _wait(self, when: When) -> None:
         for key in [k for k in self._due if k[1] is when and k[0] <= self.t]:
@@ -262,6 +281,5 @@ class PartialSyncEngine:
             if not self._launched[i]:  # once per iteration: an evaluation forward launches nothing
                 self._launch(i)
         if due:
-            for op, _ in due:
-                self.algorithm.on_complete(self, op)
+            self._on_complete([op for op, _ in due])
         self.algorithm.before_unit_forward(self, u)

@@ -16,6 +16,12 @@ class IterationStats:
     bytes: int = 0  # payload bytes of the collectives launched
     wire_bytes: float = 0.0  # bytes this worker put on the wire (ring model)
     collectives: int = 0
+    # The engine's host seconds on its ops, waits excluded: the algorithm's launches (the
+    # collective's books, copies, a tag) and its on_complete (merges, copies, a group's step).
+    # The simulator charges them per op (schedule/simulator.py, Compute.launch_host).
+    launch_host: float = 0.0
+    complete_host: float = 0.0
+    completed: int = 0  # ops whose on_complete ran this iteration
     grad_norm: float | None = None
     unit_ready: list[float] | None = None  # per-unit gradient-ready time since start (sampled)
     events: list[dict] = field(default_factory=list)  # per-collective launch/complete (sampled)

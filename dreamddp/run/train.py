@@ -207,6 +207,9 @@ class Run:
                 "iteration": t, "time": stats.end - stats.start, "forward": t1 - t0, "backward": t2 - t1,
                 "wait": stats.wait, "bytes": stats.bytes, "wire_bytes": stats.wire_bytes, "loss": loss.item(),
                 "lr": self.lr_schedule.get_last_lr()[0],
+                # the engine's host work on its ops, waits excluded (engine/stats.py)
+                "ops": len(stats.ops), "launch_host": stats.launch_host,
+                "completed": stats.completed, "complete_host": stats.complete_host,
             }
             if stats.sampled:
                 row["timeline"] = {"unit_ready": stats.unit_ready, "collectives": stats.events}

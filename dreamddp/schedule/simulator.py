@@ -16,6 +16,11 @@ units) and walks, per iteration, the points the engine walks:
               each group's all-gather, where no link work hides it)
     AFTER_STEP: launches, then completions due (wait)
 
+Every launch and every completion also costs the worker its host work on the
+op (``Compute.launch_host``, ``Compute.complete_host``: the engine's measured
+seconds per op, waits excluded): a launch in backward delays the gradients
+after it, as the engine's hook runs on the thread that computes them.
+
 Every collective queues on the worker's FIFO link (``start = max(link free,
 launch)``), as the emulated link paces it, and is done at the later of its
 link deadline and the moment the LAST rank launched it (a collective needs
@@ -62,6 +67,10 @@ class Compute:
     fwd_rest: float = 0.0  # forward of modules that are not units, at the start of forward
     optimizer: float = 0.0  # of ``step``, the optimizer step alone: what ops with ``steps`` move
     share: np.ndarray | None = None  # each unit's share of the optimizer step (its bytes' share)
+    # the engine's host seconds per op, waits excluded: launching it (books, copies) and its
+    # on_complete (merges, copies; a group's step is ``optimizer``'s, not this)
+    launch_host: float = 0.0
+    complete_host: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.bp)
@@ -176,6 +185,7 @@ class _Ranks:
         # since a plan may hand out the same op object again before the first is done
         self.launches = 0
         self.stepping = 0.0  # optimizer-step seconds the ops completed at the current point apply
+        self.factor = np.ones(ranks)  # this iteration's compute factor per rank (skew)
         self.queued: list[tuple[int, int, SyncOp]] = []  # (launch number, iteration, op)
         self.real_done: dict[int, float] = {}
         self.real_free = -np.inf
@@ -211,7 +221,7 @@ class _Ranks:
             if self.carrier is not None:
                 done = np.maximum(done, self.real_done.pop(n))
             w = np.maximum(0.0, done - self.clock)
-            self.clock = self.clock + w
+            self.clock = self.clock + w + self.c.complete_host * self.factor
             waited += w
             self.stepping += self.c.stepped(op)
         return waited
@@ -229,8 +239,14 @@ class _Ranks:
         for key, entries in self.due.items():
             self.due[key] = [(op, deadline - zero, everyone - zero, n) for op, deadline, everyone, n in entries]
 
+    def launch_here(self, op: SyncOp, t: int) -> None:
+        """Launch at the rank's clock, which then pays the launch's host work."""
+        self.launch(op, t, self.clock)
+        self.clock = self.clock + self.c.launch_host * self.factor
+
     def iteration(self, plan: Plan, t: int, factor: np.ndarray):
         c = self.c
+        self.factor = factor
         self.rebase()
         start = self.clock.copy()
         self.launched = []
@@ -240,21 +256,23 @@ class _Ranks:
             if op.launch is When.BEFORE_FORWARD:
                 forward_launch.setdefault(op.at, []).append(op)
         for op in forward_launch.get(None, ()):
-            self.launch(op, t, self.clock)
+            self.launch_here(op, t)
         self.clock = self.clock + c.fwd_rest * factor
         for u in range(len(c.fwd) - 1, -1, -1):  # forward order
             waited += self.wait((t, u))
             for op in forward_launch.get(u, ()):  # the engine launches before it applies
-                self.launch(op, t, self.clock)
+                self.launch_here(op, t)
             self.apply(factor)
             self.clock = self.clock + c.fwd[u] * factor
         ready = self.clock[:, None] + np.cumsum(c.bp)[None, :] * factor[:, None]
+        hooks = np.zeros_like(self.clock)  # host work of the launches so far, on backward's thread
         for op in sorted((op for op in plan if op.launch is When.UNIT_READY), key=lambda op: op.ready_unit):
-            self.launch(op, t, ready[:, op.ready_unit])  # stable: plan order among ties
-        self.clock = ready[:, -1].copy()
+            self.launch(op, t, ready[:, op.ready_unit] + hooks)  # stable: plan order among ties
+            hooks = hooks + c.launch_host * factor
+        self.clock = ready[:, -1] + hooks
         for op in plan:
             if op.launch is When.END_OF_BACKWARD:
-                self.launch(op, t, self.clock)
+                self.launch_here(op, t)
         for key in [k for k in self.due if k[0] <= t and isinstance(k[1], int)]:  # pre-hooks that did not run
             waited += self.wait(key)
         waited += self.wait((t, When.END_OF_BACKWARD))
@@ -263,7 +281,7 @@ class _Ranks:
         self.clock = self.clock + (c.step - sum(c.stepped(op) for op in plan)) * factor
         for op in plan:
             if op.launch is When.AFTER_STEP:
-                self.launch(op, t, self.clock)
+                self.launch_here(op, t)
         waited += self.wait((t, When.AFTER_STEP))
         self.apply(factor)
         if self.carrier_at_step and self.queued:
