@@ -211,9 +211,7 @@ def engine_host(rec: dict) -> tuple[float, float] | None:
     if device == "cuda" or (device == "auto" and (rec.get("hardware") or {}).get("gpus")):
         return None
     rows = rec["iterations"][:warmup_cut(len(rec["iterations"]))]
-    if not rows or "launch_host" not in rows[0]:
-        return None
-    if not sum(r["ops"] for r in rows):
+    if not rows or "launch_host" not in rows[0] or not sum(r["ops"] for r in rows):
         return None
     per_op = lambda secs, n: sum(r[secs] for r in rows) / max(1, sum(r[n] for r in rows))  # noqa: E731
     return per_op("launch_host", "ops"), per_op("complete_host", "completed")

@@ -226,9 +226,9 @@ class _Ranks:
             self.stepping += self.c.stepped(op)
         return waited
 
-    def apply(self, factor: np.ndarray) -> None:
+    def apply(self) -> None:
         """The optimizer step the ops just completed apply (``SyncOp.steps``), after their wait."""
-        self.clock = self.clock + self.stepping * factor
+        self.clock = self.clock + self.stepping * self.factor
         self.stepping = 0.0
 
     def rebase(self) -> None:
@@ -262,7 +262,7 @@ class _Ranks:
             waited += self.wait((t, u))
             for op in forward_launch.get(u, ()):  # the engine launches before it applies
                 self.launch_here(op, t)
-            self.apply(factor)
+            self.apply()
             self.clock = self.clock + c.fwd[u] * factor
         ready = self.clock[:, None] + np.cumsum(c.bp)[None, :] * factor[:, None]
         hooks = np.zeros_like(self.clock)  # host work of the launches so far, on backward's thread
@@ -276,14 +276,14 @@ class _Ranks:
         for key in [k for k in self.due if k[0] <= t and isinstance(k[1], int)]:  # pre-hooks that did not run
             waited += self.wait(key)
         waited += self.wait((t, When.END_OF_BACKWARD))
-        self.apply(factor)
+        self.apply()
         # the step less what this plan's ops apply where they complete
         self.clock = self.clock + (c.step - sum(c.stepped(op) for op in plan)) * factor
         for op in plan:
             if op.launch is When.AFTER_STEP:
                 self.launch_here(op, t)
         waited += self.wait((t, When.AFTER_STEP))
-        self.apply(factor)
+        self.apply()
         if self.carrier_at_step and self.queued:
             self.flush()
         return self.clock - start, waited, self.launched
