@@ -11,7 +11,7 @@ OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 PYTEST_ARGS ?= -q
 RUN_ARGS ?=
 
-.PHONY: help venv run test clean
+.PHONY: help venv lock run test clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,9 +19,9 @@ help: ## list the targets
 venv: $(STAMP) ## create .venv and install dreamddp (fast when nothing changed)
 
 # Re-runs only when the requirements, constraints or package metadata change.
-$(STAMP): requirements.txt requirements-nodeps.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-nodeps.txt constraints.txt constraints-lock.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q -c constraints.txt -r requirements.txt
+	$(PIP) install -q -c constraints.txt -c constraints-lock.txt -r requirements.txt
 	$(PIP) install -q --no-deps -r requirements-nodeps.txt
 	$(PIP) install -q --no-deps -e .
 	@if dpkg -s dataset-fashion-mnist >/dev/null 2>&1; then :; \
@@ -30,6 +30,18 @@ $(STAMP): requirements.txt requirements-nodeps.txt constraints.txt pyproject.tom
 	    || echo "warning: could not install dataset-fashion-mnist; data=fashion_mnist will be unavailable"; \
 	else echo "warning: not root, skipping apt-get install dataset-fashion-mnist (data=fashion_mnist needs it)"; fi
 	touch $(STAMP)
+
+# The lock pins every other package to what resolved when it was made, for the Python it was
+# made with only (a marker per line): another Python resolves freely from requirements.txt.
+LOCK_VENV := /tmp/dreamddp-lock-venv
+lock: ## re-resolve requirements.txt in a scratch venv and pin the result in constraints-lock.txt (then run make test)
+	rm -rf $(LOCK_VENV) && python3 -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install -q -c constraints.txt -r requirements.txt
+	{ echo "# Made by make lock on $$(date -u +%F) with Python $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version())'): the set make test passed with."; \
+	  echo "# Not here: torch, torchvision, hydra-core (constraints.txt pins them for every Python)."; \
+	  marker=$$($(LOCK_VENV)/bin/python -c 'import sys; print("python_version == \"%d.%d\"" % sys.version_info[:2])'); \
+	  $(LOCK_VENV)/bin/pip freeze --exclude-editable | grep -viE '^(torch|torchvision|hydra-core)==' | sed "s/$$/ ; $$marker/"; } > constraints-lock.txt
+	rm -rf $(LOCK_VENV)
 
 run: venv ## train the default job (tiny GPT-2, S-SGD, 2 CPU workers; RUN_ARGS="algo=flsgd ..." to override)
 	$(OFFLINE) $(VENV)/bin/dreamddp-run $(RUN_ARGS)
