@@ -8,7 +8,7 @@ import collections
 import statistics
 
 import bench_predict as bp
-from accuracy_measures import FAR, TIE, accuracy, by_job
+from accuracy_measures import FAR, TIE, accuracy, by_job, flipped_elsewhere
 from dreamddp.run.summary import quantile
 
 
@@ -94,6 +94,20 @@ def pairs_line(pair: dict, over_reps: list[dict]) -> str:
                  f"the order is right in {right} of {len(over_reps)} configurations run more than once, and in "
                  f"{ties} of {len(over_reps)} counting runs within {TIE:.0%} as ties: the table below.")
     return line
+
+
+def misses_line(rows: list[dict]) -> str:
+    """The pairs that fail a configuration even counting ties, against the other repetitions."""
+    found = flipped_elsewhere(rows)
+    if not found["misses"]:
+        return ""
+    head = (f"The {len(found['misses'])} misordered pairs measured {TIE:.0%} or more apart "
+            f"({'; '.join(found['misses'])}): ")
+    if not found["flipped"]:
+        return head + ("every other repetition of the same model and ratio measured them in the same order: "
+                       "there the simulator's order is wrong, not the measurement's.")
+    return head + (f"another repetition of the same model and ratio measured {len(found['flipped'])} of them the "
+                   f"other way round, as the simulator ordered them ({'; '.join(found['flipped'])}).")
 
 
 def skew_line(rows: list[dict]) -> str:

@@ -67,6 +67,31 @@ def pairs(rows: list[dict], predicted: str = "predicted_s") -> dict:
     return {**{k: counts[k] for k in ("n", "right", "apart", "right_apart")}, "far": far}
 
 
+def flipped_elsewhere(rows: list[dict], predicted: str = "predicted_s") -> dict:
+    """The misordered pairs measured at least TIE apart (the ones that fail a configuration even
+    counting ties): how many of them another repetition of the same model and ratio measured the
+    other way round, as predicted, so that their measured order is itself not stable."""
+    measured = {(r["model"], r["ratio"], r["rep"], r["algorithm"]): r["measured_s"] for r in rows}
+    reps = collections.defaultdict(set)
+    for r in rows:
+        reps[(r["model"], r["ratio"])].add(r["rep"])
+    misses, flipped = [], []
+    for cfg, mine in by_job(rows).items():
+        for a in mine:
+            for b in mine:
+                if not (a["measured_s"] < b["measured_s"] and a[predicted] > b[predicted]
+                        and b["measured_s"] / a["measured_s"] - 1 >= TIE):
+                    continue
+                name = f"{cfg[0]} {cfg[1]:g} rep {cfg[2]}: {a['algorithm']} < {b['algorithm']}"
+                misses.append(name)
+                other = [rep for rep in sorted(reps[cfg[:2]] - {cfg[2]})
+                         if measured.get((*cfg[:2], rep, b["algorithm"]), float("inf"))
+                         < measured.get((*cfg[:2], rep, a["algorithm"]), float("-inf"))]
+                if other:
+                    flipped.append(f"{name} (rep {', '.join(map(str, other))} measured the other way round)")
+    return {"misses": misses, "flipped": flipped}
+
+
 def median_ranking(rows: list[dict]) -> list[dict]:
     """Per model and ratio run in more than one repetition: the order of the algorithms' median
     measured time over the repetitions against the order of their median prediction, each time

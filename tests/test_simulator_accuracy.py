@@ -56,6 +56,20 @@ def test_pairs_count_every_two_runs_of_a_configuration(measures):
     assert pair["far"] == ["m 7 rep 1: a < c by 10.0% (backward x reference 1.00, 1.08)"]
 
 
+def test_a_miss_beyond_the_tie_width_is_checked_against_the_other_repetitions(measures):
+    # rep 1's a < c (10% apart, predicted the other way round) is the one miss beyond 2%; reps 0 and 2
+    # measured a < c too: its measured order held
+    assert measures.flipped_elsewhere(rows()) == {"misses": ["m 7 rep 1: a < c"], "flipped": []}
+    # rep 2 measuring c fastest (0.90) instead, still predicted slowest: rep 1's miss moved between
+    # repetitions, and so do rep 2's own two new misses (c < a: reps 0 and 1 measured a < c; c < b: rep 0)
+    moved = [{**r, "measured_s": 0.90} if (r["rep"], r["algorithm"]) == (2, "c") else r for r in rows()]
+    assert measures.flipped_elsewhere(moved) == {
+        "misses": ["m 7 rep 1: a < c", "m 7 rep 2: c < a", "m 7 rep 2: c < b"],
+        "flipped": ["m 7 rep 1: a < c (rep 2 measured the other way round)",
+                    "m 7 rep 2: c < a (rep 0, 1 measured the other way round)",
+                    "m 7 rep 2: c < b (rep 0 measured the other way round)"]}
+
+
 def test_the_order_over_repetitions_takes_each_algorithms_medians(measures):
     (over,) = measures.median_ranking(rows())
     # medians measured a 1.00, b 1.50, c 1.515; predicted a 1.00, b 1.60, c 1.55: b and c swapped, 1% apart
