@@ -37,7 +37,7 @@ LOCK_VENV := /tmp/dreamddp-lock-venv
 lock: ## re-resolve requirements.txt in a scratch venv and pin the result in constraints-lock.txt (then run make test)
 	rm -rf $(LOCK_VENV) && python3 -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/pip install -q -c constraints.txt -r requirements.txt
-	{ echo "# Made by make lock on $$(date -u +%F) with Python $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version())'): the set make test passed with."; \
+	{ echo "# Made by make lock on $$(date -u +%F) with Python $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version())'): commit it once make test passes with it."; \
 	  echo "# Not here: torch, torchvision, hydra-core (constraints.txt pins them for every Python)."; \
 	  marker=$$($(LOCK_VENV)/bin/python -c 'import sys; print("python_version == \"%d.%d\"" % sys.version_info[:2])'); \
 	  $(LOCK_VENV)/bin/pip freeze --exclude-editable | grep -viE '^(torch|torchvision|hydra-core)==' | sed "s/$$/ ; $$marker/"; } > constraints-lock.txt

@@ -6,6 +6,7 @@ the repetitions' medians (runners/simulator_accuracy.py writes them into its rep
 from __future__ import annotations
 
 import collections
+import math
 import statistics
 
 from dreamddp.run.summary import quantile
@@ -37,13 +38,18 @@ def ranking(rows: list[dict], predicted: str = "predicted_s") -> list[dict]:
     """Per configuration (model, ratio, repetition): does the ``predicted`` order equal the measured one?"""
     out = []
     for cfg, mine in by_job(rows).items():
-        swapped = [(a, b) for a in mine for b in mine
-                   if a["measured_s"] < b["measured_s"] and a[predicted] > b[predicted]]
+        swapped = swapped_pairs(mine, predicted)
         out.append({"model": cfg[0], "ratio": cfg[1], "rep": cfg[2], "right": not swapped,
                     "right_but_ties": all(b["measured_s"] / a["measured_s"] - 1 < TIE for a, b in swapped),
                     "swapped": [f"{a['algorithm']} < {b['algorithm']} by {100 * (b['measured_s'] / a['measured_s'] - 1):.1f}%"
                                 for a, b in swapped]})
     return out
+
+
+def swapped_pairs(runs: list[dict], predicted: str = "predicted_s") -> list[tuple[dict, dict]]:
+    """The runs of one configuration the ``predicted`` times order the other way round:
+    (a, b) with a measured faster and predicted slower."""
+    return [(a, b) for a in runs for b in runs if a["measured_s"] < b["measured_s"] and a[predicted] > b[predicted]]
 
 
 def pairs(rows: list[dict], predicted: str = "predicted_s") -> dict:
@@ -71,24 +77,19 @@ def flipped_elsewhere(rows: list[dict], predicted: str = "predicted_s") -> dict:
     """The misordered pairs measured at least TIE apart (the ones that fail a configuration even
     counting ties): how many of them another repetition of the same model and ratio measured the
     other way round, as predicted, so that their measured order is itself not stable."""
-    measured = {(r["model"], r["ratio"], r["rep"], r["algorithm"]): r["measured_s"] for r in rows}
-    reps = collections.defaultdict(set)
-    for r in rows:
-        reps[(r["model"], r["ratio"])].add(r["rep"])
+    jobs = by_job(rows)
+    times = {job: {r["algorithm"]: r["measured_s"] for r in runs} for job, runs in jobs.items()}
     misses, flipped = [], []
-    for cfg, mine in by_job(rows).items():
-        for a in mine:
-            for b in mine:
-                if not (a["measured_s"] < b["measured_s"] and a[predicted] > b[predicted]
-                        and b["measured_s"] / a["measured_s"] - 1 >= TIE):
-                    continue
-                name = f"{cfg[0]} {cfg[1]:g} rep {cfg[2]}: {a['algorithm']} < {b['algorithm']}"
-                misses.append(name)
-                other = [rep for rep in sorted(reps[cfg[:2]] - {cfg[2]})
-                         if measured.get((*cfg[:2], rep, b["algorithm"]), float("inf"))
-                         < measured.get((*cfg[:2], rep, a["algorithm"]), float("-inf"))]
-                if other:
-                    flipped.append(f"{name} (rep {', '.join(map(str, other))} measured the other way round)")
+    for cfg, mine in jobs.items():
+        for a, b in swapped_pairs(mine, predicted):
+            if b["measured_s"] / a["measured_s"] - 1 < TIE:
+                continue
+            name = f"{cfg[0]} {cfg[1]:g} rep {cfg[2]}: {a['algorithm']} < {b['algorithm']}"
+            misses.append(name)
+            other = [rep for (model, ratio, rep), t in times.items() if (model, ratio) == cfg[:2] and rep != cfg[2]
+                     and t.get(b["algorithm"], math.inf) < t.get(a["algorithm"], -math.inf)]
+            if other:
+                flipped.append(f"{name} (rep {', '.join(map(str, other))} measured the other way round)")
     return {"misses": misses, "flipped": flipped}
 
 
