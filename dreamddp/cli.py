@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
@@ -133,6 +134,12 @@ def check_output_dir(key: str, path: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         why = "read-only file system" if _read_only(existing) else "permission denied"
         raise ConfigError(f"{key}={path}: cannot create or write it under {existing} ({why})")
+    # os.access answers from the mode bits; a file system can still refuse (procfs, sysfs, a
+    # full disk, quotas), so create and remove one directory where the run's would go.
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".dreamddp-probe-", dir=existing))
+    except OSError as e:
+        raise ConfigError(f"{key}={path}: cannot create or write it under {existing} ({e.strerror.lower()})") from None
 
 
 def _read_only(path: Path) -> bool:

@@ -35,7 +35,7 @@ simulator-accuracy: venv ## predicted vs measured iteration time, every algorith
 
 # The same on a fast link (comm/backward 0.1), where gloo's own transfer at the waits, not the link,
 # is what a wait waits for: the real transfer's model, each collective kind probed on its own.
-simulator-accuracy-fast: venv ## predicted vs measured on a fast link (comm/backward 0.1), every algorithm x 2 models, 3 repetitions -> results/simulator_fast/README.md (~22 min)
+simulator-accuracy-fast: venv ## predicted vs measured on a fast link (comm/backward 0.1), every algorithm x 2 models, 3 repetitions -> results/simulator_fast/README.md (~23 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/simulator_accuracy.py --ratios 0.1 --reps 3 --chunk 1 --out results/simulator_fast
 
 merge-delay: venv ## DreamDDP with merge_delay 0, 1, 2: quality at equal iterations, time to target, divergence -> results/merge_delay/README.md (~30 min)

@@ -44,7 +44,7 @@ class EveryKConfig(AlgoConfig):
 class EveryK(Algorithm):
     name = "every_k"
     Config = EveryKConfig
-    display = Display("every k", 15)
+    display = Display(15)
 
     @classmethod
     def check(cls, cfg) -> None:

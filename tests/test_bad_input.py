@@ -356,3 +356,10 @@ def test_dreamddp_run_refuses_an_output_directory_it_cannot_write(tmp_path):
         prefix, why = [], "permission denied"
     _refused(tmp_path, SYNTH, f"hydra.run.dir={run_dir}: cannot create or write it under {parent} ({why})",
              run_dir=run_dir, prefix=prefix)
+
+
+def test_dreamddp_run_refuses_an_output_directory_its_file_system_refuses(tmp_path):
+    """procfs grants root write permission by its mode bits and still refuses mkdir: the check
+    tries one, rather than trusting os.access."""
+    run_dir = Path("/proc/dreamddp-nope/run")
+    _refused(tmp_path, SYNTH, f"hydra.run.dir={run_dir}: cannot create or write it under /proc (", run_dir=run_dir)

@@ -35,7 +35,7 @@ def bucket_bytes(cfg) -> int:
 class ASCWFBP(Algorithm):
     name = "ascwfbp"
     Config = ASCWFBPConfig
-    display = Display("ASC-WFBP", 20, authors_key="pipe_sgd")
+    display = Display(20, authors_key="pipe_sgd")
 
     @classmethod
     def check(cls, cfg) -> None:

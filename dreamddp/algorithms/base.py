@@ -51,7 +51,8 @@ class AlgoConfig:
 
 @dataclass(frozen=True)
 class Display:
-    label: str  # name in tables and figures
+    # Tables and figures name an algorithm by its algo.name (a variant such as
+    # dreamddp+overlap included), the name a user types to run it.
     order: int  # position in tables and legends (lower first)
     periodic: bool = False  # syncs once per H-window, so runs are labelled by H
     authors_key: str | None = None  # the DreamDDP artifact's name for it (modelled_times.json)
@@ -63,7 +64,7 @@ ALGORITHMS: Registry = Registry("algorithm", "algo.name")
 class Algorithm:
     name: ClassVar[str] = "base"
     Config: ClassVar[type] = AlgoConfig
-    display: ClassVar[Display] = Display("base", 999)
+    display: ClassVar[Display] = Display(999)
     # True: the model synchronises itself (torch DDP), outside our communicator: the link
     # cannot pace it and its traffic is not in a plan, so the simulator cannot time it.
     syncs_itself: ClassVar[bool] = False

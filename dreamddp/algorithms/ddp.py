@@ -20,7 +20,7 @@ passthrough = lazy("dreamddp.engine.passthrough")
 @ALGORITHMS.register
 class DDP(Algorithm):
     name = "ddp"
-    display = Display("torch DDP", 0)
+    display = Display(0)
     syncs_itself = True
 
     @classmethod

@@ -74,7 +74,7 @@ class DeARConfig(AlgoConfig):
 class DeAR(Algorithm):
     name = "dear"
     Config = DeARConfig
-    display = Display("DeAR", 30)
+    display = Display(30)
     uses_forward_hooks = True
     owns_optimizer_step = True
     owns_grad_zeroing = True

@@ -68,7 +68,7 @@ class DreamDDPConfig(AlgoConfig):
 class DreamDDP(DelayedMerge, PartialParamSync):
     name = "dreamddp"
     Config = DreamDDPConfig
-    display = Display("DreamDDP", 80, periodic=True, authors_key="dream_ddp")
+    display = Display(80, periodic=True, authors_key="dream_ddp")
     scheduled = True
 
     @classmethod

@@ -17,7 +17,7 @@ from dreamddp.engine.plan import Payload, SyncOp, When
 @ALGORITHMS.register
 class FLSGD(Algorithm):
     name = "flsgd"
-    display = Display("FLSGD", 40, periodic=True, authors_key="localsgd")
+    display = Display(40, periodic=True, authors_key="localsgd")
 
     def bind_plan(self, layout) -> None:
         self._sync = (SyncOp(0, len(layout) - 1, Payload.PARAM, When.AFTER_STEP, When.AFTER_STEP),)

@@ -16,4 +16,4 @@ from dreamddp.algorithms.base import ALGORITHMS, Algorithm, Display
 @ALGORITHMS.register
 class NoSync(Algorithm):
     name = "nosync"
-    display = Display("no sync", 90)
+    display = Display(90)

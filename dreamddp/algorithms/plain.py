@@ -17,7 +17,7 @@ passthrough = lazy("dreamddp.engine.passthrough")
 @ALGORITHMS.register
 class Plain(Algorithm):
     name = "plain"
-    display = Display("plain (no engine)", 95)
+    display = Display(95)
 
     @classmethod
     def make_engine(cls, model, units, comm, ctx, *, sample_every: int, grad_clip: float = 0.0):

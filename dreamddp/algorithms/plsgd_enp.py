@@ -17,7 +17,7 @@ from dreamddp.schedule.partition import equal_count_groups
 @ALGORITHMS.register
 class PLSGDENP(PartialParamSync):
     name = "plsgd_enp"
-    display = Display("PLSGD-ENP", 50, periodic=True, authors_key="pipe_seq_localsgd")
+    display = Display(50, periodic=True, authors_key="pipe_seq_localsgd")
 
     @classmethod
     def check_model(cls, cfg, layout) -> None:

@@ -13,7 +13,7 @@ from dreamddp.engine.plan import Payload, SyncOp, When
 @ALGORITHMS.register
 class SSGD(Algorithm):
     name = "ssgd"
-    display = Display("S-SGD", 10, authors_key="sgd")
+    display = Display(10, authors_key="sgd")
 
     def bind_plan(self, layout) -> None:
         self._plan = (SyncOp(0, len(layout) - 1, Payload.GRAD, When.END_OF_BACKWARD, When.END_OF_BACKWARD),)

@@ -94,7 +94,7 @@ def sync_offsets(H: int, P: int) -> list[int]:
 class StreamingDiLoCo(Algorithm):
     name = "streaming_diloco"
     Config = StreamingDiLoCoConfig
-    display = Display("Streaming DiLoCo", 60, periodic=True)
+    display = Display(60, periodic=True)
 
     @classmethod
     def check(cls, cfg) -> None:
