@@ -22,7 +22,7 @@ bench: venv ## every algorithm side by side in the compute regime, 2 workers (on
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/bench.py $(BENCH_ARGS)
 
 # Llama-2 and ResNet-50 do not fit make bench's 45 minutes with three repetitions: one, two timed windows.
-bench-large: venv ## every algorithm on the compute-regime Llama-2 and ResNet-50, 2 workers, 1 repetition -> results/bench_large/README.md (~15 min)
+bench-large: venv ## every algorithm on the compute-regime Llama-2 and ResNet-50, 2 workers, 1 repetition -> results/bench_large/README.md (~19 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/bench.py --models llama2 resnet50 --reps 1 --iterations 22 --no-memory --out results/bench_large $(BENCH_ARGS)
 
 bench-skew: venv ## the same with 4 workers on 2 cores, small presets: what the workers' skew costs -> results/bench_skew/README.md (~30 min)
@@ -93,7 +93,7 @@ results-wandb: venv ## log the speedup tables of results/runs as W&B Tables (off
 
 GPU_OUT ?= gpu_out
 
-gpu: venv ## on a machine with a GPU: the measurements of results/gpu (CUDA tests, profiles, every algorithm) -> $(GPU_OUT)/ (~10 min)
+gpu: venv ## on a machine with a GPU: the measurements of results/gpu (CUDA tests, profiles, every algorithm) -> gpu_out/, or GPU_OUT=dir (~10 min)
 	OUT=$(GPU_OUT) PY=$(PY) bash runners/gpu_run.sh
 
 gpu-reports: venv ## results/gpu's reports again from its committed records (no GPU needed)
