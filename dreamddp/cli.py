@@ -131,22 +131,12 @@ def check_output_dir(key: str, path: str) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise ConfigError(f"{key}={path}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        why = "read-only file system" if _read_only(existing) else "permission denied"
-        raise ConfigError(f"{key}={path}: cannot create or write it under {existing} ({why})")
-    # os.access answers from the mode bits; a file system can still refuse (procfs, sysfs, a
-    # full disk, quotas), so create and remove one directory where the run's would go.
+    # Create and remove one directory where the run's would go, rather than trust os.access: mode
+    # bits say nothing of a read-only mount, and procfs or sysfs refuse root what its bits allow.
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".dreamddp-probe-", dir=existing))
     except OSError as e:
         raise ConfigError(f"{key}={path}: cannot create or write it under {existing} ({e.strerror.lower()})") from None
-
-
-def _read_only(path: Path) -> bool:
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
 
 
 class ValidateFirst(Callback):
