@@ -166,3 +166,25 @@ def nosync_only_line(rows: list[dict]) -> str:
     return (f"With nosync alone as the compute reference (column *nosync only*) the error is median "
             f"{statistics.median(errors):.1%}, 95th percentile {quantile(sorted(errors), 0.95):.1%}: the difference is "
             "the reference's own drift (one run's compute moves with the host), which pooling the two compute-only runs reduces.")
+
+
+def in_run_line(rows: list[dict]) -> str:
+    """How well the runs' own in-run predictions (start-up profile alone) do, and which part of
+    their error is compute (the profile's against the run's) and which the waits."""
+    mine = [r for r in rows if r["in_run_s"] is not None and r["in_run_compute_gap"] is not None]
+    if not mine:
+        return ""
+    errors = [r["in_run_s"] / r["measured_s"] - 1 for r in mine]
+    absolute = sorted(abs(e) for e in errors)
+    older = sum(not r["in_run_whole_step"] for r in mine)
+    return (f"The runs' own in-run predictions (column *in-run s*: {len(mine)} runs of "
+            f"{', '.join(sorted({r['algorithm'] for r in mine}))}, from the start-up profile alone, before any "
+            f"training iteration): median absolute error {statistics.median(absolute):.1%}, 95th percentile "
+            f"{quantile(absolute, 0.95):.1%}, median {statistics.median(errors):+.1%}. Of each run's error, its "
+            f"start-up profile's compute against the run's own compute gives median "
+            f"{statistics.median(r['in_run_compute_gap'] for r in mine):+.1%} of the iteration, the predicted waits "
+            f"against the measured (the link, and the skew drawn from a few start-up passes, each rank on its own) "
+            f"{statistics.median(r['in_run_wait_gap'] for r in mine):+.1%}."
+            + (f" {older} of these runs profiled the optimizer step alone as the step, leaving out the engine's "
+               "per-iteration work around it that every iteration pays (the profiler counts the whole pass outside "
+               "forward and backward since)." if older else ""))

@@ -145,7 +145,7 @@ def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profil
     fs, bs = fwd / sum(profile.fwd.values()), bwd / sum(profile.bp.values())
     return replace(profile, fwd={u: v * fs for u, v in profile.fwd.items()},
                    bp={u: v * bs for u, v in profile.bp.items()}, step_time=rest,
-                   optimizer_time=profile.step_time)
+                   optimizer_time=profile.step_time if profile.optimizer_time is None else profile.optimizer_time)
 
 
 def own_compute(rec: dict, profile: Profile) -> Profile:

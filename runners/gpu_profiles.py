@@ -96,7 +96,9 @@ def compare(model: str, ours: dict[str, Profile], authors: Profile, H: int, work
               "stamped. *loop iterations without stamps*: the median backward of the same run's training iterations "
               "that stamp nothing (run.json beside the profile): the two agree when stamping costs the device "
               "nothing (before dreamddp.clock.Stamps took CUDA events, a synchronisation at every stamp "
-              "stretched the pass)."]
+              "stretched the pass). *step ms*: the profile's step_time: the optimizer step alone in a profile "
+              "without optimizer_time (made before the profiler kept it), else the whole pass less its forward "
+              "and backward."]
     rows = []
     for u in common:
         row = {"unit": u, "authors_ms": authors.bp[u] * 1e3, "mib": nbytes.get(u, 0) / 2**20}

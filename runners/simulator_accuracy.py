@@ -27,6 +27,7 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -87,13 +88,29 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                             "host_launch_us": None if host is None else 1e6 * host[0],
                             "host_complete_us": None if host is None else 1e6 * host[1],
                             "no_host_s": no_host, "no_host_error": no_host / measured - 1,
-                            "link_only_s": link_only.mean_iter, "in_run_s": in_run,
+                            "link_only_s": link_only.mean_iter, "in_run_s": in_run, **_in_run_parts(rec),
                             "late_ms": None if (late := bench_report.lateness(rec)) is None else 1e3 * late,
                             "backward_x_reference": bp.backward_over_reference(rec, segs),
                             "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward,
                             "ring_kinds_error": None if ring is None else ring / measured - 1,
                             "step_at_end_error": None if at_end is None else at_end / measured - 1})
     return out
+
+
+def _in_run_parts(rec: dict) -> dict:
+    """The in-run prediction's error split in two, each over the measured iteration: its start-up
+    profile's compute (forward, backward, step) against the run's own (iteration less waits), and
+    its waits against the run's; and whether that profile's step counts the whole pass outside
+    forward and backward (profiles with ``optimizer_time``) or the optimizer step alone."""
+    predicted, profile = rec["summary"].get("predicted"), rec["extra"].get("profile")
+    if not predicted or not profile:
+        return {"in_run_compute_gap": None, "in_run_wait_gap": None, "in_run_whole_step": None}
+    measured = rec["summary"]["mean_iteration_time"]
+    own = statistics.fmean(r["time"] - r["wait"] for r in bp.timed(rec))
+    start_up = profile["forward_total"] + profile["backward_total"] + profile["step_time"]
+    return {"in_run_compute_gap": (start_up - own) / measured,
+            "in_run_wait_gap": (predicted["mean_wait"] - rec["summary"]["mean_wait"]) / measured,
+            "in_run_whole_step": profile.get("optimizer_time") is not None}
 
 
 def _counterfactuals(rec: dict, profile, skew, ops: list) -> tuple[float | None, float | None]:
@@ -164,6 +181,7 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
              findings.nosync_only_line(rows), "", findings.own_compute_line(rows), "",
              *([line, ""] if (line := findings.host_line(rows)) else []),
              *([line, ""] if (line := findings.kinds_line(rows)) else []),
+             *([line, ""] if (line := findings.in_run_line(rows)) else []),
              "| model | comm/backward | rep | algorithm | measured s | predicted s | error | ranks apart | no skew s "
              "| link only s | nosync only | in-run s | waited beyond the link (ms) | backward x reference | own compute s "
              "| host us/op | no host |",

@@ -4,7 +4,7 @@ On disk a profile is the DreamDDP authors' layout: a directory holding
 ``bp.json`` (backward seconds per unit) and ``comm.json`` (seconds of a blocking
 all-reduce of the unit's parameters), both objects keyed by unit name in
 FORWARD order.  Our own profiler adds ``fwd.json``, ``nbytes.json`` and
-``meta.json`` (which may carry ``step_time``, ``world`` and ``gbps``).  In memory
+``meta.json`` (which may carry ``step_time``, ``optimizer_time``, ``world`` and ``gbps``).  In memory
 the units are kept in BACKWARD order (output side first), the order in which
 gradients become ready and in which every scheduler reasons.
 
@@ -33,10 +33,10 @@ class Profile:
     comm: dict[str, float]  # blocking all-reduce time of the unit's parameters
     fwd: dict[str, float] = field(default_factory=dict)  # may be empty (authors' profiles)
     nbytes: dict[str, int] = field(default_factory=dict)  # may be empty
-    step_time: float = 0.0  # optimizer step + other per-iteration overhead
+    step_time: float = 0.0  # optimizer step + the rest of an iteration's work outside forward and backward
     meta: dict = field(default_factory=dict)
-    # Of step_time, the optimizer step alone (None: all of it, as the start-up profiler measures
-    # it); a plan may move it out of the iteration's step (SyncOp.steps)
+    # Of step_time, the optimizer step alone (None: all of it, as in profiles made before the
+    # start-up profiler kept it); a plan may move it out of the iteration's step (SyncOp.steps)
     optimizer_time: float | None = None
 
 
@@ -114,7 +114,10 @@ def load_profile(path_dir) -> Profile:
     if dropped:
         meta["dropped_comm"] = dropped
     step_time = _finite(meta.pop("step_time", 0.0), f"{d / 'meta.json'}[step_time]")
-    return Profile(list(reversed(bp)), bp, comm, fwd, nbytes, step_time, meta)
+    optimizer = meta.pop("optimizer_time", None)  # absent: all of step_time (profiles made before it was kept)
+    if optimizer is not None:
+        optimizer = _finite(optimizer, f"{d / 'meta.json'}[optimizer_time]")
+    return Profile(list(reversed(bp)), bp, comm, fwd, nbytes, step_time, meta, optimizer)
 
 
 def save_profile(profile: Profile, path_dir) -> None:
@@ -128,6 +131,8 @@ def save_profile(profile: Profile, path_dir) -> None:
     if profile.nbytes:
         write_json(d / "nbytes.json", {u: profile.nbytes[u] for u in forward if u in profile.nbytes})
     meta = {k: v for k, v in profile.meta.items() if k != "dropped_comm"}
+    if profile.optimizer_time is not None:
+        meta["optimizer_time"] = profile.optimizer_time
     if meta or profile.step_time:
         write_json(d / "meta.json", {**meta, "step_time": profile.step_time})
 

@@ -1,0 +1,61 @@
+"""The start-up profile's step: the optimizer step alone (``optimizer_time``) and, as
+``step_time``, the whole pass less its forward and backward, as the training loop's
+records count "step and the rest" (zeroing the flat gradients comes first in a pass).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from dreamddp.algorithms import build_algorithm
+from dreamddp.comm.fake import FakeCommunicator
+from dreamddp.engine.engine import PartialSyncEngine
+from dreamddp.models import model_units
+from dreamddp.schedule.profile import Profile, load_profile, save_profile
+from dreamddp.warmup.profiler import measure_profile
+from engine_fixtures import algo_cfg
+
+OPTIMIZER_S, ZEROING_S = 0.02, 0.03
+
+
+class SlowSGD(torch.optim.SGD):
+    def step(self, closure=None):
+        time.sleep(OPTIMIZER_S)
+        return super().step(closure)
+
+
+def test_step_time_counts_the_pass_outside_forward_and_backward():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    x = torch.randn(4, 8)
+    loss_fn = lambda: model(x).square().mean()  # noqa: E731
+    engine = PartialSyncEngine(model, model_units(model, loss_fn), FakeCommunicator(world_size=1),
+                               build_algorithm(algo_cfg("nosync")))
+    zero = engine.flat.zero_grads
+
+    def slow_zero():
+        time.sleep(ZEROING_S)
+        zero()
+
+    engine.flat.zero_grads = slow_zero  # the engine zeroes the flat gradients as a pass begins
+    profile = measure_profile(engine, engine.comm, SlowSGD(model.parameters(), lr=0.01), loss_fn,
+                              iterations=3, comm_repeats=0)
+    assert OPTIMIZER_S <= profile.optimizer_time < OPTIMIZER_S + ZEROING_S
+    assert profile.step_time >= profile.optimizer_time + ZEROING_S
+    # every rank's pass, its skew's unit, is the whole pass
+    passes = profile.meta["compute_by_rank"][0]
+    assert min(passes) >= sum(profile.fwd.values()) + sum(profile.bp.values()) + OPTIMIZER_S + ZEROING_S - 1e-3
+
+
+def test_optimizer_time_is_saved_and_loaded(tmp_path):
+    profile = Profile(units=["b", "a"], bp={"b": 1.0, "a": 2.0}, comm={"b": 0.5, "a": 0.5},
+                      step_time=0.3, optimizer_time=0.1)
+    save_profile(profile, tmp_path / "p")
+    back = load_profile(tmp_path / "p")
+    assert (back.step_time, back.optimizer_time) == (pytest.approx(0.3), pytest.approx(0.1))
+    save_profile(Profile(units=["a"], bp={"a": 1.0}, comm={"a": 0.5}, step_time=0.3), tmp_path / "q")
+    assert load_profile(tmp_path / "q").optimizer_time is None  # all of step_time, as before it was kept
