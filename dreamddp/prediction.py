@@ -66,8 +66,8 @@ def compute_of(profile: Profile) -> Compute:
     else:
         weight = np.array([profile.comm.get(u, 0.0) > 0 for u in profile.units], dtype=float)
     share = weight / weight.sum() if weight.sum() > 0 else weight
-    optimizer = profile.step_time if profile.optimizer_time is None else min(profile.optimizer_time, profile.step_time)
-    return Compute(fwd=fwd, bp=bp, step=profile.step_time, fwd_rest=rest, optimizer=optimizer, share=share)
+    return Compute(fwd=fwd, bp=bp, step=profile.step_time, fwd_rest=rest, optimizer=profile.optimizer_seconds,
+                   share=share)
 
 
 def op_seconds(profile: Profile, layout: UnitLayout, link: LinkModel | None):

@@ -145,7 +145,12 @@ def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profil
     fs, bs = fwd / sum(profile.fwd.values()), bwd / sum(profile.bp.values())
     return replace(profile, fwd={u: v * fs for u, v in profile.fwd.items()},
                    bp={u: v * bs for u, v in profile.bp.items()}, step_time=rest,
-                   optimizer_time=profile.step_time if profile.optimizer_time is None else profile.optimizer_time)
+                   optimizer_time=profile.optimizer_seconds)
+
+
+def own_compute_time(rec: dict) -> float:
+    """The run's own compute per iteration: its iteration less its waits, over its timed iterations."""
+    return statistics.fmean(r["time"] - r["wait"] for r in timed(rec))
 
 
 def own_compute(rec: dict, profile: Profile) -> Profile:
@@ -153,8 +158,7 @@ def own_compute(rec: dict, profile: Profile) -> Profile:
     waits, over its timed iterations.  A diagnostic, not a prediction: it takes the one thing
     a prediction must not (the run's own compute) to show what is left, the communication
     model's error."""
-    own = statistics.fmean(r["time"] - r["wait"] for r in timed(rec))
-    k = own / compute_time(profile)
+    k = own_compute_time(rec) / compute_time(profile)
     optimizer = None if profile.optimizer_time is None else profile.optimizer_time * k
     return replace(scaled(profile, bp=k), step_time=profile.step_time * k, optimizer_time=optimizer)
 

@@ -27,7 +27,6 @@ import argparse
 import collections
 import json
 import os
-import statistics
 import sys
 import time
 from dataclasses import replace
@@ -106,9 +105,8 @@ def _in_run_parts(rec: dict) -> dict:
     if not predicted or not profile:
         return {"in_run_compute_gap": None, "in_run_wait_gap": None, "in_run_whole_step": None}
     measured = rec["summary"]["mean_iteration_time"]
-    own = statistics.fmean(r["time"] - r["wait"] for r in bp.timed(rec))
     start_up = profile["forward_total"] + profile["backward_total"] + profile["step_time"]
-    return {"in_run_compute_gap": (start_up - own) / measured,
+    return {"in_run_compute_gap": (start_up - bp.own_compute_time(rec)) / measured,
             "in_run_wait_gap": (predicted["mean_wait"] - rec["summary"]["mean_wait"]) / measured,
             "in_run_whole_step": profile.get("optimizer_time") is not None}
 

@@ -39,6 +39,12 @@ class Profile:
     # start-up profiler kept it); a plan may move it out of the iteration's step (SyncOp.steps)
     optimizer_time: float | None = None
 
+    @property
+    def optimizer_seconds(self) -> float:
+        """The optimizer step alone: ``optimizer_time``, at most ``step_time``; all of ``step_time``
+        where the profile does not tell them apart."""
+        return self.step_time if self.optimizer_time is None else min(self.optimizer_time, self.step_time)
+
 
 def _finite(value, where: str) -> float:
     if value is None:

@@ -25,8 +25,8 @@ Runs on every worker of the real job, on the real model, data and link:
   engine's per-iteration work around it (zeroing the flat gradients as the
   pass begins, most of it: a memset of every gradient, gone cold in the
   caches since the last step; its books at the pass's start and end).  On ResNet-18's
-  compute preset that work is 2.0 ms beside a 4.2 ms optimizer step, 1.4% of
-  a DreamDDP iteration at comm/backward 7, which a profile of the optimizer
+  compute preset (2 workers, one per core) that work is 2.0 ms beside a
+  4.2 ms optimizer step, 1.4% of a DreamDDP iteration at comm/backward 7, which a profile of the optimizer
   step alone left out of every in-run prediction;
 * every rank's compute time (its whole pass) of each timed pass, in
   ``meta["compute_by_rank"]``: the spread between workers and passes that
