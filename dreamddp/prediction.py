@@ -157,13 +157,15 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
              runs: list[list[tuple[int, int]]] | None = None, delayed: list[list[tuple[int, int]]] | None = None,
              world: int = 2, link: LinkModel | None = None, iterations: int | None = None,
              skew: Skew | None = None, carrier: RealTransfer | None = None, carrier_at_step: bool = False,
-             grad_clip: float = 0.0, host: tuple[float, float] | None = None, **options) -> SimResult:
+             grad_clip: float = 0.0, host: tuple[float, float] | None = None, turn: int | None = None,
+             **options) -> SimResult:
     """Mean iteration time and exposed wait of ``algo`` (a name, or its Config) over
     ``iterations`` (default: one H-window); ``options`` are its ``algo.*`` fields.
     ``carrier``: the real backend's transfer, for a run whose deferred carrier starts it at
     the first wait (None: the link's times only); ``carrier_at_step``: and at each iteration's end
     (the step carrier); ``grad_clip``: the trainer's train.grad_clip (a plan may sync for it);
-    ``host``: the engine's host seconds per op, (launching, completing) (Compute.launch_host)."""
+    ``host``: the engine's host seconds per op, (launching, completing) (Compute.launch_host);
+    ``turn``: an interleaved benchmark's iterations between barriers (simulate_plan)."""
     cfg = _config(algo, H, options)
     cls = ALGORITHMS.lookup(cfg.name)
     cls.check(cfg)
@@ -183,7 +185,7 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
         compute = replace(compute, launch_host=host[0], complete_host=host[1])
     return simulate_plan(bound.plan, compute, op_seconds(profile, layout, link), H=int(cfg.H),
                          iterations=iterations, skew=skew, world=world, carrier=real,
-                         carrier_at_step=carrier_at_step)
+                         carrier_at_step=carrier_at_step, turn=turn)
 
 
 def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
@@ -213,7 +215,7 @@ def record_carrier(record: Mapping) -> RealTransfer | None:
 def simulate_record(profile: Profile, config: Mapping, *, world: int, link: LinkModel | None,
                     plan: Mapping | None = None, skew: Skew | None = None, carrier: RealTransfer | None = None,
                     carrier_at_step: bool = False, iterations: int | None = None,
-                    host: tuple[float, float] | None = None) -> SimResult:
+                    host: tuple[float, float] | None = None, turn: int | None = None) -> SimResult:
     """Iterations of a run as it was configured (a run record's ``config``) on ``link``
     (None: the profile's measured comm times; ``record_link`` builds one from the record).
 
@@ -221,7 +223,8 @@ def simulate_record(profile: Profile, config: Mapping, *, world: int, link: Link
     ``extra.algorithm``): a scheduled algorithm's per-iteration unit ``groups``
     (indices into ``profile.units``), its collectives ``runs`` when they are not
     one per unit, and its late ones ``delayed``; the simulator then times what ran.
-    ``host``: the engine's host seconds per op (``simulate``).
+    ``host``: the engine's host seconds per op, ``turn`` the iterations between an interleaved
+    benchmark's barriers (``simulate``).
     """
     cfg = algo_config(config["algo"])
     plan = plan or {}
@@ -233,7 +236,7 @@ def simulate_record(profile: Profile, config: Mapping, *, world: int, link: Link
         runs, delayed = as_runs(plan.get("runs")), as_runs(plan.get("delayed"))
     return simulate(cfg, profile, schedule=schedule, runs=runs, delayed=delayed, world=world, link=link,
                     iterations=iterations or cfg.H, skew=skew, carrier=carrier, carrier_at_step=carrier_at_step,
-                    grad_clip=float((config.get("train") or {}).get("grad_clip") or 0.0), host=host)
+                    grad_clip=float((config.get("train") or {}).get("grad_clip") or 0.0), host=host, turn=turn)
 
 
 def simulated_algorithms() -> list[str]:

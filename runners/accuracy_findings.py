@@ -42,7 +42,8 @@ def compute_line(rows: list[dict]) -> str:
     med = lambda rs: statistics.median(r["error"] for r in rs)  # noqa: E731
     counts = collections.Counter(r["algorithm"] for r in slow)
     return (f"The simulator charges every run the compute-only runs' compute. Measured, {len(slow)} runs computed "
-            f"slower: their backward pass (no waits in it) took more than {bp.SLOW:.0%} longer than the compute-only "
+            f"slower: their backward pass (no waits in it), less the host work of the launches in it (which the "
+            f"prediction charges as the engine's), took more than {bp.SLOW:.0%} longer than the compute-only "
             f"runs' in the same job "
             f"({', '.join(f'{a} {n}' for a, n in sorted(counts.items(), key=lambda an: (-an[1], an[0])))} of "
             f"{len(rows) // len({r['algorithm'] for r in rows})} configurations). Their median error is "
@@ -83,8 +84,9 @@ def pairs_line(pair: dict, over_reps: list[dict]) -> str:
     line = (f"Counted by pairs of runs in one configuration, the simulator orders {pair['right']} of {pair['n']} "
             f"as measured ({pair['right'] / pair['n']:.0%}), and {pair['right_apart']} of the {pair['apart']} pairs "
             f"measured at least {TIE:.0%} apart ({pair['right_apart'] / max(pair['apart'], 1):.0%}). ")
-    line += (f"Misordered pairs measured {FAR:.0%} or more apart, with each run's backward over the compute-only "
-             f"runs' (the compute the prediction charged): {'; '.join(pair['far'])}." if pair["far"]
+    line += (f"Misordered pairs measured {FAR:.0%} or more apart, with each run's backward (less the host work of "
+             f"its launches there, charged as the engine's) over the compute-only runs' (the compute the prediction "
+             f"charged): {'; '.join(pair['far'])}." if pair["far"]
              else f"No misordered pair was measured {FAR:.0%} or more apart.")
     if over_reps:
         right = sum(r["right"] for r in over_reps)

@@ -21,7 +21,8 @@ has half the variance of one.
   with the real transfer the run's deferred carrier exposes at its waits (as its
   start-up probe measured it);
   and the engine's host work per op (launches, completions) as the run's untimed first
-  iterations measured it (``engine_host``; CPU runs);
+  iterations measured it (``engine_host``; CPU runs); every turn of the interleaved job
+  (``turn``: its chunk) starting at a barrier, as runners/bench_worker.py runs it;
 - ``own_compute``: the profile charged the run's own compute instead (a diagnostic);
 - ``plan_bound``: the simulator on this run's own plan with no skew: the
   iteration its plan takes when every rank computes alike, on the modelled link
@@ -44,13 +45,16 @@ has half the variance of one.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
 from dreamddp.algorithms import ALGORITHMS
+from dreamddp.engine.plan import When
 from dreamddp.prediction import record_carrier, record_link, simulate_record, skew_of
 from dreamddp.run.summary import warmup_cut
 from dreamddp.schedule.cost import arrays, forward_slack
@@ -97,13 +101,32 @@ def reference_mean(segs: dict, field: str, labels: tuple[str, ...] = COMPUTE_ONL
 
 
 SLOW = 0.03  # a run's backward this much over the compute-only runs' in the same job: its compute ran slower
+LAUNCHED_IN = {"backward": When.UNIT_READY, "forward": When.BEFORE_FORWARD}  # the hooks a phase runs
 
 
-def backward_over_reference(rec: dict, segs: dict) -> float:
-    """The run's steady backward over the compute-only runs' in its job.  Backward alone: no wait
-    falls inside it (overlap_forward's fall in forward), so it says whether the run computed slower
-    than the compute the predictions charge."""
-    return timed_mean(rec, "backward") / reference_mean(segs, "backward")
+def host_charged(rec: dict, profile: Profile | None, phases: tuple[str, ...]) -> float:
+    """Seconds per iteration of the engine's host work the predictions charge inside ``phases``
+    (forward, backward): the run's launches there per iteration, as its plan makes them (gradient-
+    ready hooks in backward, forward pre-hooks in forward), each at ``engine_host``'s measured
+    cost.  Part of a phase's measured time that is not compute: at a fast link DreamDDP launches
+    about 35 collectives in every backward, 2-3 ms of it (results/simulator_fast).  0 where the
+    predictions charge none (no profile to plan on, ``engine_host`` None)."""
+    host = engine_host(rec)
+    if profile is None or host is None:
+        return 0.0
+    iterations = plan_run(rec, profile).ops
+    points = {LAUNCHED_IN[p] for p in phases}
+    launched = sum(op.launch in points for ops in iterations for op in ops)
+    return host[0] * launched / max(1, len(iterations))
+
+
+def backward_over_reference(rec: dict, segs: dict, profile: Profile | None = None) -> float:
+    """The run's steady backward, less the host work the predictions charge in it (``profile``:
+    the job's, to plan on), over the compute-only runs' in its job.  Backward alone: no wait
+    falls inside it (overlap_forward's fall in forward), so it says whether the run computed
+    slower than the compute the predictions charge."""
+    backward = timed_mean(rec, "backward") - host_charged(rec, profile, ("backward",))
+    return backward / reference_mean(segs, "backward")
 
 
 def forward_over_reference(rec: dict, segs: dict) -> float:
@@ -125,10 +148,13 @@ def compute_phases(rec: dict) -> tuple[str, ...]:
     return ("backward",) if waits_in_forward(rec) else ("forward", "backward")
 
 
-def compute_excess(rec: dict, segs: dict) -> float:
+def compute_excess(rec: dict, segs: dict, profile: Profile | None = None) -> float:
     """Seconds per iteration the run computed beyond the compute-only runs' (whose speed the
-    predictions charge) over its ``compute_phases``.  Negative where it computed faster."""
-    return sum(timed_mean(rec, f) - reference_mean(segs, f) for f in compute_phases(rec))
+    predictions charge) over its ``compute_phases``, less the host work the predictions charge
+    there (``host_charged``).  Negative where it computed faster."""
+    phases = compute_phases(rec)
+    measured = sum(timed_mean(rec, f) - reference_mean(segs, f) for f in phases)
+    return measured - host_charged(rec, profile, phases)
 
 
 def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profile | None:
@@ -221,12 +247,24 @@ def engine_host(rec: dict) -> tuple[float, float] | None:
     return per_op("launch_host", "ops"), per_op("complete_host", "completed")
 
 
+def turn(rec: dict) -> int | None:
+    """Iterations per turn of the interleaved job the record comes from (its spec.json's chunk;
+    0: one H-window), each turn starting at a barrier (runners/bench_worker.py): what the
+    simulator lines the ranks up at (simulate_plan).  None for a record outside such a job."""
+    spec = Path(rec["_dir"]).parent / "spec.json" if rec.get("_dir") else None
+    if spec is None or not spec.is_file():
+        return None
+    chunk = int(json.loads(spec.read_text()).get("chunk") or 0)
+    return chunk or int(rec["config"]["algo"]["H"])
+
+
 def _simulate(rec: dict, profile: Profile, skew, windows: int, real: bool, host: bool):
     algo = rec["config"]["algo"]
     return simulate_record(profile, rec["config"], world=rec["extra"]["world_size"], link=record_link(rec),
                            plan=rec["extra"]["algorithm"], skew=skew, carrier=record_carrier(rec) if real else None,
                            carrier_at_step=rec["extra"]["link"].get("carrier") == "step",
-                           iterations=windows * int(algo["H"]), host=engine_host(rec) if host else None)
+                           iterations=windows * int(algo["H"]), host=engine_host(rec) if host else None,
+                           turn=turn(rec))
 
 
 def predict(rec: dict, profile: Profile, skew, host: bool = True) -> float:

@@ -112,13 +112,15 @@ def per_rep(reps: dict) -> dict:
             if REFERENCE in segs:
                 row["x_dreamddp"] = bp.mean_iteration(rec) / bp.mean_iteration(segs[REFERENCE])
             if any(label in segs for label in bp.COMPUTE_ONLY):
-                row["compute_over"] = bp.backward_over_reference(rec, segs)
+                row["compute_over"] = bp.backward_over_reference(rec, segs, profile)
                 row["forward_over"] = bp.forward_over_reference(rec, segs)
-                row["compute_excess"] = bp.compute_excess(rec, segs)
+                row["compute_excess"] = bp.compute_excess(rec, segs, profile)
                 row["excess_of"] = " and ".join(bp.compute_phases(rec))
+                row["host_charged"] = bp.host_charged(rec, profile, bp.compute_phases(rec))
             if profile is not None:
                 row.update(predicted=bp.predict(rec, profile, skew), plan_bound=bp.plan_bound(rec, profile),
                            plan_real=bp.plan_bound(rec, profile, real=True),
+                           plan_host=bp.plan_bound(rec, profile, real=True, host=True),
                            bound=bp.structure_bound(label, rec, profile),
                            any_bound=bp.structure_bound(label, rec, profile, any_assignment=True),
                            compute=bp.compute_time(profile),
@@ -212,12 +214,13 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
                "bound_s": col("bound"), "bound_over_measured": ratio("bound"),
                "any_bound_s": col("any_bound"), "any_bound_over_measured": ratio("any_bound"),
                "plan_over_measured": ratio("plan_bound"), "plan_real_over_measured": ratio("plan_real"),
+               "plan_host_over_measured": ratio("plan_host"),
                "predicted_over_measured": ratio("predicted"),
                "late_ms": median_spread([1e3 * s["late"] for s in st if s.get("late") is not None]),
                "time_to_target_s": median_spread(ttt.get(label, [])), "ttt_x_dreamddp": median_spread(ttt_ratio.get(label, [])),
                "compute_s": col("compute"), "probed": all(s["probed"] for s in st),
                "compute_over": col("compute_over"), "forward_over": col("forward_over"),
-               "compute_excess_s": col("compute_excess"),
+               "compute_excess_s": col("compute_excess"), "host_charged_s": col("host_charged"),
                "excess_of": st[0].get("excess_of")}
         rows.append(row)
         units = [s["longest_unit"] for s in st if s.get("longest_unit")]

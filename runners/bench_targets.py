@@ -22,8 +22,10 @@ def ratio_in_reps(j: dict, num: str, den: str) -> tuple | None:
 
 
 def _skew_ms(row: dict) -> float | None:
-    """What the ranks' skew adds to the run's plan (with the real transfer where probed), predicted."""
-    plan = row.get("plan_real_over_measured") or row.get("plan_over_measured")
+    """What the ranks' skew adds to the run's plan (with the real transfer where probed and the
+    engine's host work per op where measured), predicted."""
+    plan = (row.get("plan_host_over_measured") or row.get("plan_real_over_measured")
+            or row.get("plan_over_measured"))
     if not row.get("predicted_over_measured") or not plan:
         return None
     return 1e3 * row["iteration_s"][0] * (row["predicted_over_measured"][0] - plan[0])
@@ -34,9 +36,10 @@ def _reason(row: dict) -> str:
     measured = row["iteration_s"][0]
     parts = []
     slow = row.get("compute_over")
+    hooks = bool((row.get("host_charged_s") or (0.0,))[0])  # the model charges launches' host work inside them
     if slow and slow[0] > 1 + SLOW:
-        parts.append(f"its backward ran {fmt_spread(slow, 2)} x the compute-only runs' in the same job "
-                     "(the model charges their speed)")
+        parts.append(f"its backward{' (less the host work of the launches in it, which the model charges)' * hooks} "
+                     f"ran {fmt_spread(slow, 2)} x the compute-only runs' in the same job (the model charges their speed)")
     if row["bound_over_measured"] and row["plan_over_measured"]:
         plan, bound = measured * row["plan_over_measured"][0], measured * row["bound_over_measured"][0]
         if plan - bound > 0.005 * measured:
@@ -47,6 +50,11 @@ def _reason(row: dict) -> str:
                 parts.append(f"the real transfer at the waits adds {1e3 * (real - plan):.1f} ms (predicted from its "
                              f"start-up probe)")
             plan = real
+        if row.get("plan_host_over_measured"):
+            host = measured * row["plan_host_over_measured"][0]
+            if host - plan > 0.005 * measured:
+                parts.append(f"the engine's host work on its ops adds {1e3 * (host - plan):.1f} ms (as its first "
+                             "iterations measured it)")
         if row["predicted_over_measured"]:
             pred = measured * row["predicted_over_measured"][0]
             parts.append(f"the ranks' skew adds {_skew_ms(row):.1f} ms (predicted)")
@@ -54,7 +62,8 @@ def _reason(row: dict) -> str:
             excess = row.get("compute_excess_s")
             if excess and not (slow and slow[0] > 1 + SLOW):  # a slow backward is said above
                 beyond += (f"{1e3 * excess[0]:+.1f} ms of it its {row['excess_of']} over the compute-only runs', "
-                           "whose speed the model charges; the rest ")
+                           "whose speed the model charges" + ", less the launches' host work it charges there" * hooks
+                           + "; the rest ")
             parts.append(beyond + "what the profile lacks; the algorithm's own host-side work alone: "
                          f"`python runners/engine_phases.py --carrier {row.get('carrier') or 'eager'}`"
                          + ("" if row.get("probed") else "; the backend's own transfer at the wait, not probed "

@@ -89,7 +89,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                             "no_host_s": no_host, "no_host_error": no_host / measured - 1,
                             "link_only_s": link_only.mean_iter, "in_run_s": in_run, **_in_run_parts(rec),
                             "late_ms": None if (late := bench_report.lateness(rec)) is None else 1e3 * late,
-                            "backward_x_reference": bp.backward_over_reference(rec, segs),
+                            "backward_x_reference": bp.backward_over_reference(rec, segs, profile),
                             "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward,
                             "ring_kinds_error": None if ring is None else ring / measured - 1,
                             "step_at_end_error": None if at_end is None else at_end / measured - 1})
@@ -163,7 +163,9 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
              "together: a sync point waits for the slowest rank), the "
              "recorded link (rate and measured alpha), the run's own plan, and the real transfer its deferred carrier runs when a worker first waits (gloo's "
              "collectives of 256 KiB to 16 MiB probed at the run's start-up, each kind on its own where the record "
-             "has them: on a fast emulated link it, not the link, is what a wait waits for). *no skew*: the same without the ranks' spread. *link only*: no skew "
+             "has them: on a fast emulated link it, not the link, is what a wait waits for), and the job's turns "
+             "(each starts at a barrier outside the timed iterations, where the ranks line up, their links paused: "
+             "the simulator lines them up there too and reports rank 0's iterations, the record's). *no skew*: the same without the ranks' spread. *link only*: no skew "
              "and no real transfer. *nosync only*: the error with nosync alone as the compute reference (one run's "
              "compute drifts with the host: two halve it). *in-run*: the run's own prediction from its start-up "
              "profile (DreamDDP runs). *ranks apart*: the error with each rank's compute drawn on its own (from "

@@ -144,3 +144,45 @@ def test_the_engines_host_work_per_op_comes_from_the_untimed_iterations(runners)
     assert bp.engine_host({**rec, "iterations": [{"time": 1.0}] * 20}) is None  # made before the engine timed it
     idle = [{**r, "ops": 0} for r in early]
     assert bp.engine_host({**rec, "iterations": idle + late}) is None
+
+
+def test_the_launches_host_work_in_backward_is_the_engines_not_slower_compute(tmp_path, runners):
+    """backward_over_reference and compute_excess take out the host work the predictions charge
+    for the launches the run's plan makes inside the phase (engine_host per op, from the untimed
+    first iteration): PLSGD-ENP launches one all-reduce from a gradient-ready hook per iteration,
+    S-SGD after backward; without a profile to plan on nothing is taken out."""
+    bp, _ = runners
+    segs = job(tmp_path)  # the compute-only runs pooled: forward 0.12 s, backward 0.22 s
+    profile = bp.steady_profile(segs)
+    host = {"ops": 1, "launch_host": 0.01, "completed": 1, "complete_host": 0.0}
+    rows = [{"time": 9.0, "wait": 0.0, "forward": 9.0, "backward": 9.0, **host}]
+    rows += [{"time": 0.4, "wait": 0.0, "forward": 0.12, "backward": 0.23, **host}] * 9
+
+    def run(name: str) -> dict:
+        return {"iterations": rows, "config": {"algo": {"name": name, "H": 2}, "cluster": {"device": "cpu"},
+                                               "bandwidth": {"latency_ms": 0.0, "calibration": 1.0}},
+                "extra": {"world_size": 2, "algorithm": {}, "link": {"gbps": 10.0, "alpha_ms": 0.0, "carrier": "eager"}}}
+
+    plsgd, ssgd = run("plsgd_enp"), run("ssgd")
+    assert bp.host_charged(plsgd, profile, ("backward",)) == pytest.approx(0.01)
+    assert bp.host_charged(plsgd, profile, ("forward",)) == 0.0
+    assert bp.backward_over_reference(plsgd, segs, profile) == pytest.approx(1.0)
+    assert bp.compute_excess(plsgd, segs, profile) == pytest.approx(0.0)
+    assert bp.backward_over_reference(ssgd, segs, profile) == pytest.approx(0.23 / 0.22)  # launched after backward
+    assert bp.compute_excess(ssgd, segs, profile) == pytest.approx(0.01)
+    assert bp.backward_over_reference(plsgd, segs) == pytest.approx(0.23 / 0.22)  # no profile: nothing planned
+
+
+def test_a_records_turn_is_its_jobs_chunk(tmp_path, runners):
+    """The predictions line the ranks up where the job's turns start (spec.json's chunk; 0: one
+    H-window); a record from outside a benchmark job runs continuously."""
+    import json
+
+    bp, _ = runners
+    rec = {"_dir": str(tmp_path / "dreamddp"), "config": {"algo": {"name": "dreamddp", "H": 10}}}
+    (tmp_path / "spec.json").write_text(json.dumps({"chunk": 1}))
+    assert bp.turn(rec) == 1
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "spec.json").write_text(json.dumps({"chunk": 0}))
+    assert bp.turn({**rec, "_dir": str(tmp_path / "other" / "flsgd")}) == 10
+    assert bp.turn({"config": rec["config"]}) is None

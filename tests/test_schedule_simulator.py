@@ -249,3 +249,38 @@ def test_the_engines_host_work_per_op_is_charged_where_it_runs():
     # collective (done 3.5) costs its 0.2 s of completion (4.4), the second (done 4.6) 0.2 s
     # waited and 0.2 s of completion (4.8); step: 6.8
     assert timed(launch_host=0.1, complete_host=0.2) == [pytest.approx((6.8, 0.2))] * 2
+
+
+def test_a_benchmark_turn_lines_the_ranks_up_at_its_barrier():
+    """``turn``: an interleaved benchmark starts every turn at a barrier outside the timed
+    iterations (runners/bench_worker.py), and the iteration reported is rank 0's, whose record
+    it is.  Rank 0 computes 1 s per iteration, rank 1 1.5 s; FLSGD syncs once per window (H=2,
+    a free all-reduce).  Continuous, the window's sync waits for all that rank 1 lags: every
+    rank's pace is rank 1's.  One iteration per turn, rank 0 waits at the sync only for the
+    0.5 s rank 1 lags in that iteration; one window per turn, for the window's 1 s."""
+    skew = Skew([np.array([1.0]), np.array([1.5])], joint=True)
+
+    def timed(turn):
+        return simulate("flsgd", one_unit(), H=2, iterations=4, world=2, skew=skew, turn=turn)
+
+    assert timed(None).mean_iter == pytest.approx(1.5)
+    assert timed(1).per_iter == [pytest.approx((1.0, 0.0)), pytest.approx((1.5, 0.5))] * 2
+    assert timed(2).per_iter == [pytest.approx((1.0, 0.0)), pytest.approx((2.0, 1.0))] * 2
+    with pytest.raises(ValueError, match="turn"):
+        timed(0)
+
+
+def test_at_a_turns_barrier_what_is_on_the_wire_waits_with_its_rank():
+    """Each rank's link is paused through its wait at the barrier (Run.pause), so a collective in
+    flight keeps its distance to the rank's clock.  One unit, backward 1 s (rank 1: 2 s), one 0.8 s
+    collective launched at the gradient and completed in the next forward: rank 0 launches 1 s into
+    the turn, waits 1 s at the barrier with its transfer paused, and in the next turn waits the
+    0.8 s still to go, then computes 1 s."""
+    from dreamddp.engine.plan import Payload, SyncOp, When
+    from dreamddp.schedule.simulator import Compute, simulate_plan
+
+    op = SyncOp(0, 0, Payload.GRAD, When.UNIT_READY, When.BEFORE_FORWARD)
+    compute = Compute(fwd=np.zeros(1), bp=np.ones(1), step=0.0)
+    skew = Skew([np.array([1.0]), np.array([2.0])], joint=True)
+    res = simulate_plan(lambda t: (op,), compute, lambda op: 0.8, H=1, iterations=3, skew=skew, world=2, turn=1)
+    assert res.per_iter == [pytest.approx((1.8, 0.8))] * 3

@@ -40,6 +40,15 @@ compute in one of them), which keeps how they moved together: on a shared
 host a slow spell slows every worker, and drawn apart it would count as skew.
 Without skew all ranks are the profile and the result is exact.
 
+A benchmark that interleaves runs (runners/bench_worker.py) starts every turn of
+``turn`` iterations at a barrier, outside the timed iterations: ``turn`` then
+lines the ranks up at each one (each rank's link paused through its wait, as
+``Run.pause`` pauses it; the real backend's transfers done in the other runs'
+turns), so drift between the ranks is paid only at the sync points inside a
+turn, and the iteration reported is rank 0's, the rank whose record it is.
+With one iteration per turn a plan that synchronises once per window pays
+none of the ranks' drift across the window; a continuous run does.
+
 The link is not emptied between iterations: ops with ``lag`` (Streaming
 DiLoCo, DreamDDP's delayed merge), forward-completed ops (DeAR, DreamDDP with
 overlap_forward) and the traffic they queue carry over.  One window of
@@ -131,13 +140,16 @@ class SimResult:
 
 def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Callable[[SyncOp], float], *,
                   H: int, iterations: int | None = None, skew: Skew | None = None, world: int = 1,
-                  carrier: Carrier | None = None, carrier_at_step: bool = False) -> SimResult:
+                  carrier: Carrier | None = None, carrier_at_step: bool = False,
+                  turn: int | None = None) -> SimResult:
     """Time ``iterations`` (default: one window of ``H``) after a warm-up window of ``H``.
 
     ``duration(op)``: seconds the link takes for ``op``; ``carrier``: the real collectives
     the deferred carrier starts at a wait and their seconds (None: nothing beyond the link);
     ``carrier_at_step``: the step carrier, which also starts what is queued when an
-    iteration ends (``bandwidth.carrier=step``).
+    iteration ends (``bandwidth.carrier=step``); ``turn``: the iterations between an
+    interleaved benchmark's barriers (module docstring; None: a continuous run, the
+    iteration the mean over ranks).
     Ranks: ``world`` when ``skew`` gives one sample set per rank, else one.
     """
     if not isinstance(H, int) or H < 1:
@@ -145,6 +157,8 @@ def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Calla
     n = H if iterations is None else iterations
     if n < 1:
         raise ValueError(f"iterations must be >= 1, got {n}")
+    if turn is not None and (not isinstance(turn, int) or turn < 1):
+        raise ValueError(f"turn must be an integer >= 1 or None, got {turn!r}")
     ranks = len(skew.factors) if skew is not None else 1
     if skew is not None and ranks != world:
         raise ValueError(f"Skew: {ranks} ranks' samples for world {world}")
@@ -152,9 +166,12 @@ def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Calla
     draw = _draws(skew, ranks, H + n)
     per_iter, ops = [], []
     for t in range(H + n):
+        if turn is not None and t % turn == 0:
+            sim.barrier()
         took, waited, launched = sim.iteration(plan(t), t, draw[t])
         if t >= H:
-            per_iter.append((float(took.mean()), float(waited.mean())))
+            per_iter.append((float(took[0]), float(waited[0])) if turn is not None
+                            else (float(took.mean()), float(waited.mean())))
             ops.append(launched)
     return SimResult(float(np.mean([p[0] for p in per_iter])), float(np.mean([p[1] for p in per_iter])),
                      per_iter, ops)
@@ -230,6 +247,18 @@ class _Ranks:
         """The optimizer step the ops just completed apply (``SyncOp.steps``), after their wait."""
         self.clock = self.clock + self.stepping * self.factor
         self.stepping = 0.0
+
+    def barrier(self) -> None:
+        """A turn's barrier: every rank waits for the last, its link and what it has on the wire
+        paused through the wait (so they keep their distance to its clock); every rank has
+        launched what any launched, and the real backend finished its transfers meanwhile."""
+        delta = self.clock.max() - self.clock
+        self.clock, self.link = self.clock + delta, self.link + delta
+        for key, entries in self.due.items():
+            self.due[key] = [(op, deadline + delta, np.full_like(everyone, -np.inf), n)
+                             for op, deadline, everyone, n in entries]
+        self.real_done = {k: -np.inf for k in self.real_done}
+        self.real_free = -np.inf
 
     def rebase(self) -> None:
         """Times relative to the earliest rank's clock, so long runs keep exact arithmetic."""
