@@ -109,7 +109,7 @@ def host_charged(rec: dict, profile: Profile | None, phases: tuple[str, ...]) ->
     (forward, backward): the run's launches there per iteration, as its plan makes them (gradient-
     ready hooks in backward, forward pre-hooks in forward), each at ``engine_host``'s measured
     cost.  Part of a phase's measured time that is not compute: at a fast link DreamDDP launches
-    about 35 collectives in every backward, 2-3 ms of it (results/simulator_fast).  0 where the
+    about 36 collectives in every backward of ResNet-18, 2.0 ms of it (results/simulator_fast).  0 where the
     predictions charge none (no profile to plan on, ``engine_host`` None)."""
     host = engine_host(rec)
     if profile is None or host is None:
@@ -247,15 +247,21 @@ def engine_host(rec: dict) -> tuple[float, float] | None:
     return per_op("launch_host", "ops"), per_op("complete_host", "completed")
 
 
-def turn(rec: dict) -> int | None:
-    """Iterations per turn of the interleaved job the record comes from (its spec.json's chunk;
-    0: one H-window), each turn starting at a barrier (runners/bench_worker.py): what the
-    simulator lines the ranks up at (simulate_plan).  None for a record outside such a job."""
+def job_chunk(rec: dict) -> int | None:
+    """The chunk of the interleaved job the record comes from (its spec.json's, as
+    runners/bench.py --chunk gave it; 0: one H-window); None for a record outside such a job."""
     spec = Path(rec["_dir"]).parent / "spec.json" if rec.get("_dir") else None
     if spec is None or not spec.is_file():
         return None
-    chunk = int(json.loads(spec.read_text()).get("chunk") or 0)
-    return chunk or int(rec["config"]["algo"]["H"])
+    return int(json.loads(spec.read_text()).get("chunk") or 0)
+
+
+def turn(rec: dict) -> int | None:
+    """Iterations per turn of the interleaved job the record comes from (``job_chunk``), each
+    turn starting at a barrier (runners/bench_worker.py): what the simulator lines the ranks up
+    at (simulate_plan).  None for a record outside such a job."""
+    chunk = job_chunk(rec)
+    return None if chunk is None else chunk or int(rec["config"]["algo"]["H"])
 
 
 def _simulate(rec: dict, profile: Profile, skew, windows: int, real: bool, host: bool):

@@ -24,8 +24,7 @@ def ratio_in_reps(j: dict, num: str, den: str) -> tuple | None:
 def _skew_ms(row: dict) -> float | None:
     """What the ranks' skew adds to the run's plan (with the real transfer where probed and the
     engine's host work per op where measured), predicted."""
-    plan = (row.get("plan_host_over_measured") or row.get("plan_real_over_measured")
-            or row.get("plan_over_measured"))
+    plan = row.get("plan_host_over_measured")  # made with the others, on the same profile
     if not row.get("predicted_over_measured") or not plan:
         return None
     return 1e3 * row["iteration_s"][0] * (row["predicted_over_measured"][0] - plan[0])

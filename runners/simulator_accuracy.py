@@ -129,8 +129,7 @@ def _counterfactuals(rec: dict, profile, skew, ops: list) -> tuple[float | None,
 
 def _job_chunk(segs: dict) -> int:
     """Iterations of one run per turn in the job these records come from (its spec.json)."""
-    spec = Path(next(iter(segs.values()))["_dir"]).parent / "spec.json"
-    return json.loads(spec.read_text())["chunk"]
+    return bp.job_chunk(next(iter(segs.values())))
 
 
 def _interleaving(rows: list[dict]) -> str:
