@@ -19,7 +19,7 @@ has half the variance of one.
 - ``predict``: the simulator, skew sampled from the compute-only runs' ranks (iteration by
   iteration, as they moved together, where the records hold the series), over many windows,
   with the real transfer the run's deferred carrier exposes at its waits (as its
-  start-up probe measured it);
+  start-up probe measured it), and what of it runs on past a wait on the worker's core;
   and the engine's host work per op (launches, completions) as the run's untimed first
   iterations measured it (``engine_host``; CPU runs); every turn of the interleaved job
   (``turn``: its chunk) starting at a barrier, as runners/bench_worker.py runs it;

@@ -354,7 +354,8 @@ _READING = """## How to read it
   compute per iteration in them (whole measured iterations, every rank's together where the records keep
   the series: a sync point waits for the slowest rank), the link as recorded, the run's plan,
   and the real transfer its deferred carrier runs at the first wait (gloo's all-reduces probed at
-  the run's start-up, `extra.link.real_transfer_ms`).
+  the run's start-up, `extra.link.real_transfer_ms`; what of it runs on past the wait, or, with
+  the step carrier, past an iteration's end, takes the worker's core from the compute after it).
 - Runs are interleaved {interleave} at a time inside each job, so every algorithm samples the
   same slow and fast spells of the host; the link's clock of the runs not training is paused.
 - *waited beyond the link model*: in the sampled iterations, how long after its modelled deadline

@@ -46,8 +46,8 @@ def _reason(row: dict) -> str:
         if row["plan_real_over_measured"]:
             real = measured * row["plan_real_over_measured"][0]
             if real - plan > 0.005 * measured:
-                parts.append(f"the real transfer at the waits adds {1e3 * (real - plan):.1f} ms (predicted from its "
-                             f"start-up probe)")
+                parts.append(f"the real transfer at the waits and on the core after them adds {1e3 * (real - plan):.1f} ms "
+                             f"(predicted from its start-up probe)")
             plan = real
         if row.get("plan_host_over_measured"):
             host = measured * row["plan_host_over_measured"][0]

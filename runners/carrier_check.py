@@ -18,11 +18,25 @@ workers) DreamDDP takes 0.130 s per iteration deferred vs 0.148 s eager
 (``--only flsgd plsgd_enp dreamddp``, with and without
 ``--set bandwidth.carrier=eager``), so on CPU the real collectives are
 deferred to the wait.
+
+``--contention-mib`` (a second measurement, after the first): does a transfer
+still running take the computing worker's core?  Each worker computes a fixed
+amount of work (200 products of 256 x 256 floats) alone, and beside an
+asynchronous all-reduce of each size started just before it (what a queued
+carrier's flush leaves running past a wait); rank 0 prints, as medians, how
+much longer the compute took and that over the all-reduce's own time alone.
+With 2 workers (``--nproc-per-node 2``; the compute thread of each on a core
+of its own, gloo's threads free to run anywhere), three runs on 2026-11-28: 0.5-1.0
+x at 4 and 16 MiB (+1.3 to +10.6 ms), 0.2-0.9 x at 1 MiB (a transfer of
+1-1.6 ms).  gloo's copies and sums run on the computing cores, so
+dreamddp/schedule/simulator.py charges the compute after a wait all of a real
+transfer still running (``occupy``), the upper end.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -36,6 +50,8 @@ def main() -> None:
     p.add_argument("--numel", type=int, default=1000)
     p.add_argument("--compute-ms", type=float, default=100.0)
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--contention-mib", type=float, nargs="*", default=[],
+                   help="all-reduce sizes for the second measurement (e.g. 1 4 16)")
     a = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -58,8 +74,42 @@ def main() -> None:
             waits.append(time.perf_counter() - t0)
         print(f"rank {rank} {mode:8s}: completed during compute {statistics.median(done):.0f}/{len(works) or 1}"
               f", wait after it {1e3 * statistics.median(waits):.1f} ms", flush=True)
+    if a.contention_mib:
+        contention(rank, a.contention_mib, a.reps)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def contention(rank: int, sizes_mib: list[float], reps: int) -> None:
+    """The module docstring's second measurement."""
+    os.sched_setaffinity(0, {rank % os.cpu_count()})  # this thread only: gloo's keep the whole host
+    x = torch.randn(256, 256)
+
+    def compute() -> float:
+        y, t0 = x, time.perf_counter()
+        for _ in range(200):
+            y = torch.tanh(y @ x)
+        return time.perf_counter() - t0
+
+    compute()
+    for mib in sizes_mib:
+        buf = torch.zeros(int(mib * 2**20) // 4)
+        alone, beside, transfer = [], [], []
+        for _ in range(reps):
+            dist.barrier()
+            alone.append(compute())
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(buf, async_op=True).wait()
+            transfer.append(time.perf_counter() - t0)
+            dist.barrier()
+            work = dist.all_reduce(buf, async_op=True)
+            beside.append(compute())
+            work.wait()
+        c, b, t = (statistics.median(v) for v in (alone, beside, transfer))
+        if rank == 0:
+            print(f"{mib:5.1f} MiB: compute {1e3 * c:.1f} ms alone, +{1e3 * (b - c):.1f} ms beside the all-reduce "
+                  f"({1e3 * t:.1f} ms alone): slowdown / transfer {(b - c) / t:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -162,8 +162,10 @@ def test_deferred_carrier_groups_as_the_engines_carrier():
 def test_step_carrier_starts_the_late_ones_as_the_iteration_ends():
     """The step carrier (``bandwidth.carrier=step``): what is still queued when an iteration
     ends starts then, once the slowest rank is there; the rest as the deferred carrier does.
-    The late c and a of iteration 0 go (one collective, 1 s) behind iteration 1's compute,
-    and iteration 1 waits only for b's own real transfer at its wait: 1 s, not 2."""
+    The late c and a of iteration 0 go (one collective, 1 s) at its end, and iteration 1 waits
+    only for b's own real transfer at its wait: 1 s, not 2; but the late one's transfer takes
+    the core from iteration 1's compute (its first second), so on the worker's core the step
+    carrier gains nothing over the deferred one."""
     from dreamddp.comm.cost import RealTransfer
 
     p = tiny({"c": 100_000, "b": 100_000, "a": 100_000})
@@ -171,10 +173,29 @@ def test_step_carrier_starts_the_late_ones_as_the_iteration_ends():
     late = dict(schedule={"c": [0], "a": [0], "b": [1]}, delayed=[[(0, 0), (2, 2)], []], merge_delay=1)
     per_iter = lambda r: [x for it in r[2] for x in it]  # noqa: E731
     assert per_iter(run("dreamddp", p, **late, **fast)) == pytest.approx([6.75, 0.0, 8.75, 2.0])
-    assert per_iter(run("dreamddp", p, **late, **fast, carrier_at_step=True)) == pytest.approx([6.75, 0.0, 7.75, 1.0])
+    assert per_iter(run("dreamddp", p, **late, **fast, carrier_at_step=True)) == pytest.approx([6.75, 0.0, 8.75, 1.0])
     # nothing late, nothing queued at an iteration's end: the same as deferred
     in_place = dict(schedule={"c": [0], "b": [0], "a": [1]}, **fast)
     assert run("dreamddp", p, **in_place, carrier_at_step=True) == run("dreamddp", p, **in_place)
+
+
+
+def test_a_real_transfer_running_past_a_wait_takes_the_core():
+    """Backward launches A (due at its end) then B (due in the next forward); A's wait starts
+    both real transfers, 1 s each, one after the other.  The wait ends with A's; B's runs on,
+    on the worker's core (gloo's threads share it), and the step waits for the core: 7.5 s of
+    compute and A's 1 s wait, plus B's 1 s, which the step does not hide."""
+    from dreamddp.engine.plan import Payload, SyncOp, When
+    from dreamddp.schedule.simulator import Compute, simulate_plan
+
+    compute = Compute(fwd=np.ones(3), bp=np.ones(3), step=0.5)
+    a = SyncOp(0, 0, Payload.PARAM, When.UNIT_READY, When.END_OF_BACKWARD)
+    b = SyncOp(2, 2, Payload.PARAM, When.UNIT_READY, When.BEFORE_FORWARD)
+    one_each = lambda queued: [([i], 1.0) for i in range(len(queued))]  # noqa: E731
+    sim = lambda plan: simulate_plan(lambda t: plan, compute, lambda op: 0.0, H=1, iterations=2,  # noqa: E731
+                                     carrier=one_each).per_iter
+    assert np.allclose(sim((a, b)), [(8.5, 1.0)] * 2)
+    assert np.allclose(sim((a,)), [(7.5, 1.0)] * 2)  # nothing queued behind the waited one
 
 
 def one_unit() -> Profile:

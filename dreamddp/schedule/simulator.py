@@ -29,7 +29,10 @@ carrier (comm/carrier.py) runs it under an emulated link on a real host: the
 collectives launched since the last flush start when the slowest rank first
 waits for any of them, grouped into real collectives as the carrier groups
 them (comm/carry.py: adjacent slices merged, small ones packed), one after
-another, and each is done no earlier than its real collective.
+another, and each is done no earlier than its real collective.  What of them
+runs past the wait takes the worker's core from the compute after it (``occupy``:
+gloo's threads share the computing cores), as does what the step carrier starts
+as an iteration ends, from the next one's compute.
 Ranks are simulated side by side: each draws its compute time per iteration
 from its own measured distribution (``Skew``: multiplicative factors on the
 profile), so a plan that synchronises every iteration pays, every iteration,
@@ -241,7 +244,18 @@ class _Ranks:
             self.clock = self.clock + w + self.c.complete_host * self.factor
             waited += w
             self.stepping += self.c.stepped(op)
+        if entries:
+            self.occupy()
         return waited
+
+    def occupy(self) -> None:
+        """The real transfers still running take the rank's core: its compute resumes when they
+        end.  gloo's threads do their copies and sums on the computing cores: beside an
+        all-reduce of 4-16 MiB, compute took 0.5-1.0 x the transfer's own time longer
+        (runners/carrier_check.py --contention-mib); charged whole, the upper end.  Behind a wait they
+        cost nothing (the core idles there), and the queued carriers run only where the compute
+        shares the host's cores (``bandwidth.carrier=auto`` is eager on GPUs)."""
+        self.clock = np.maximum(self.clock, self.real_free)
 
     def apply(self) -> None:
         """The optimizer step the ops just completed apply (``SyncOp.steps``), after their wait."""
@@ -278,6 +292,7 @@ class _Ranks:
         self.factor = factor
         self.rebase()
         start = self.clock.copy()
+        self.occupy()
         self.launched = []
         waited = np.zeros_like(self.clock)
         forward_launch: dict[object, list[SyncOp]] = {}
@@ -314,5 +329,5 @@ class _Ranks:
         waited += self.wait((t, When.AFTER_STEP))
         self.apply()
         if self.carrier_at_step and self.queued:
-            self.flush()
+            self.flush()  # its transfers take the core from the next iteration's compute (occupy)
         return self.clock - start, waited, self.launched
