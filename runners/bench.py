@@ -10,6 +10,9 @@ x the steady-state backward pass; the engine-overhead segments run on the
 ideal link.  The first repetition also measures peak tensor memory per
 algorithm (profiled segments, after the timed ones).  Then
 runners/bench_report.py turns the run records into ``<out>/README.md``.
+Before the first job starts, every run of every job is composed and validated
+(``check_configs``): a ``--set`` that one segment cannot take is refused in one
+line naming the model, the segment and the field.
 
     python runners/bench.py                          # the committed benchmark (make bench)
     python runners/bench.py --preset small --nproc 4 --out results/bench_skew   # make bench-skew
@@ -43,7 +46,7 @@ from pathlib import Path
 
 import bench_report
 from bench_predict import COMPUTE_ONLY
-from bench_segments import OPT_IN, SCHEDULE_FROM, segments
+from bench_segments import OPT_IN, SCHEDULE_FROM, calibration_overrides, segment_overrides, segments
 
 from dreamddp.atomic import write_json
 
@@ -89,11 +92,13 @@ def rotated(segs: list[dict], r: int) -> list[dict]:
 
 @functools.cache
 def source_digest() -> str:
-    """A digest of the code a job runs (the package, conf/, the job's worker), committed or not: a
-    job that other code made is not the same job, so ``--resume`` runs it again.  The report is
-    left out: it is remade from the records every time."""
+    """A digest of the code a job runs (the package, conf/, the job's worker and the segments'
+    command lines it builds), committed or not: a job that other code made is not the same job,
+    so ``--resume`` runs it again.  The report is left out: it is remade from the records every
+    time."""
     root, digest = Path(__file__).resolve().parents[1], hashlib.sha256()
-    paths = [*(root / "dreamddp").rglob("*.py"), *(root / "conf").rglob("*.yaml"), root / "runners" / "bench_worker.py"]
+    paths = [*(root / "dreamddp").rglob("*.py"), *(root / "conf").rglob("*.yaml"), root / "runners" / "bench_worker.py",
+             root / "runners" / "bench_segments.py"]
     for path in sorted(paths):
         if path.is_file():
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
@@ -208,6 +213,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def check_configs(args: argparse.Namespace) -> None:
+    """Compose and validate every run of every job before any starts, as ``dreamddp-run`` does
+    before its workers: a ``--set`` one segment cannot run with (``bandwidth.hold_core=true`` on
+    the ideal-link ones) is refused here in one line naming the segment and the field, not in a
+    job's log after its start-up.  The emulated rate is the calibration's, known only in the job
+    (any valid one stands in); a schedule written by another segment's run is not there yet."""
+    from dreamddp.config import CONFIG_NAME, ConfigError, conf_dir, validate
+    from dreamddp.config.overrides import compose_checked
+
+    for model in args.models:
+        spec = job_spec(args, model, 0, os.path.join(args.out, "runs", model, "rep0"))
+        runs = [("calibration", calibration_overrides(spec))]
+        runs += [(seg["label"], segment_overrides(spec, seg, gbps=1.0, schedule=False)) for seg in spec["segments"]]
+        for label, overrides in runs:
+            try:
+                validate(compose_checked(conf_dir(), CONFIG_NAME, overrides))
+            except ConfigError as exc:
+                raise SystemExit(f"bench: {model} {label}: {exc}") from None
+
+
 def run_jobs(args: argparse.Namespace, reps: Iterable[int] | None = None) -> str:
     """Every repetition of every model (models alternate order per repetition), or only ``reps``
     of them; returns the runs folder."""
@@ -228,6 +253,7 @@ def run_jobs(args: argparse.Namespace, reps: Iterable[int] | None = None) -> str
 def main(argv=None) -> int:
     args = parse_args(argv)
     start = time.perf_counter()
+    check_configs(args)
     bench_report.write(run_jobs(args), args.out)
     print(f"bench: {args.out}/README.md ({time.perf_counter() - start:.0f} s in all)")
     return 0

@@ -5,6 +5,8 @@ opt-in one runs only where ``--only`` names it."""
 
 from __future__ import annotations
 
+import os
+
 
 def segments(bucket_mb: float) -> list[dict]:
     """The timed segments on the emulated link, then the engine-overhead ones on the ideal link."""
@@ -52,3 +54,20 @@ TIMED = [s["label"] for s in _ALL if s["link"] == "emulated"]
 IDEAL = [s["label"] for s in _ALL if s["link"] == "ideal"]
 OPT_IN = {s["label"] for s in _ALL if s.get("opt_in")}
 SCHEDULE_FROM = {s["label"]: s["schedule_from"] for s in _ALL if s.get("schedule_from")}  # runs on that one's schedule
+
+
+def calibration_overrides(spec: dict) -> list[str]:
+    """The job's calibration run: nosync on the ideal link, whose backward fixes the emulated rate."""
+    return spec["base"] + ["algo=nosync", "bandwidth=ideal", f"train.iterations={spec['calibration_iterations']}"]
+
+
+def segment_overrides(spec: dict, seg: dict, gbps: float, memory: bool = False, schedule: bool = True) -> list[str]:
+    """A segment's whole command line in the job of ``spec`` (runners/bench.py's job_spec): the base,
+    its own overrides, its link (the emulated one at the calibrated ``gbps``), the schedule it runs on
+    (``schedule_from``: that segment's, written by its run, so ``schedule=False`` before the job),
+    and its iterations (a memory segment's fewer)."""
+    link = ["bandwidth=ideal"] if seg["link"] == "ideal" else ["bandwidth=1gbit", f"bandwidth.gbps={gbps}"]
+    extra = [f"algo.schedule={os.path.join(spec['out'], seg['schedule_from'], 'schedule.json')}"] \
+        if schedule and seg.get("schedule_from") else []
+    iterations = spec["memory_iterations"] if memory else spec["iterations"]
+    return spec["base"] + seg["overrides"] + link + extra + [f"train.iterations={iterations}"]

@@ -35,6 +35,7 @@ import torch.distributed as dist
 from hydra import compose, initialize_config_dir
 
 import dreamddp.config  # noqa: F401  (registers schema and resolvers)
+from bench_segments import calibration_overrides, segment_overrides
 from dreamddp.run import dist_env
 from dreamddp.comm.cost import ring_factor
 from dreamddp.config import CONFIG_NAME, conf_dir, validate
@@ -139,8 +140,7 @@ def _peak_memory(prof) -> dict:
 
 def _calibrate(ctx, spec: dict) -> float:
     """The emulated rate at which all-reducing every parameter takes ``ratio`` x the steady backward."""
-    run = _run(ctx, spec["base"] + ["algo=nosync", "bandwidth=ideal", f"train.iterations={spec['calibration_iterations']}"],
-               os.path.join(spec["out"], "calibration"))
+    run = _run(ctx, calibration_overrides(spec), os.path.join(spec["out"], "calibration"))
     rows = run.recorder.record.data["iterations"] if run.recorder.active else []
     # The middle half: the first passes warm up, and in the last ones the other ranks, which
     # nothing keeps in step with rank 0 here, have finished and left it a core of its own.
@@ -164,11 +164,7 @@ def main(spec_path: str) -> None:
         gbps = _calibrate(ctx, spec)
 
         def segment(seg, memory: bool) -> tuple[list[str], str]:
-            link = ["bandwidth=ideal"] if seg["link"] == "ideal" else ["bandwidth=1gbit", f"bandwidth.gbps={gbps}"]
-            extra = [f"algo.schedule={os.path.join(spec['out'], seg['schedule_from'], 'schedule.json')}"] \
-                if seg.get("schedule_from") else []
-            iterations = spec["memory_iterations"] if memory else spec["iterations"]
-            return (spec["base"] + seg["overrides"] + link + extra + [f"train.iterations={iterations}"],
+            return (segment_overrides(spec, seg, gbps, memory),
                     os.path.join(spec["out"], seg["label"] + ("@memory" if memory else "")))
 
         _interleaved(ctx, [segment(seg, False) for seg in spec["segments"]], spec["chunk"])

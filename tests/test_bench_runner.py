@@ -109,3 +109,20 @@ def test_a_missed_ratio_without_the_compute_only_runs_says_the_job_has_no_bounds
     assert ("- resnet18 flsgd / dreamddp: 1.20, 1.25 in repetitions 0, 1; no bounds in this job "
             "(it ran neither nosync@ideal nor plain@ideal).") in text
     assert "| every algorithm within 5% of its bound (resnet18) | not in this job | - |" in text
+
+
+@pytest.mark.parametrize("override,message", [
+    # valid for the emulated segments, not for the ideal-link ones (the calibration run is the first)
+    ("bandwidth.hold_core=true", "bench: gpt2 calibration: bandwidth.hold_core=true: only a paced link"),
+    ("model.n_layer=0", "bench: gpt2 calibration: model.n_layer=0: must be >= 1"),
+    ("trian.lr=1", "bench: gpt2 calibration: trian.lr=1: the config has no key trian"),
+])
+def test_a_set_some_run_cannot_take_is_refused_before_any_job_starts(tmp_path, override, message):
+    """Every run of every job is composed and validated before the first job starts: one line
+    naming the model, the segment and the field, no job folder, no worker started."""
+    out = tmp_path / "bench"
+    done = bench(out, "--set", override)
+    assert done.returncode == 1
+    assert done.stderr.strip() == next(line for line in done.stderr.splitlines() if line.startswith("bench:"))
+    assert done.stderr.strip().startswith(message), done.stderr
+    assert not out.exists()
