@@ -11,8 +11,8 @@ ideal link.  The first repetition also measures peak tensor memory per
 algorithm (profiled segments, after the timed ones).  Then
 runners/bench_report.py turns the run records into ``<out>/README.md``.
 Before the first job starts, every run of every job is composed and validated
-(``check_configs``): a ``--set`` that one segment cannot take is refused in one
-line naming the model, the segment and the field.
+(``check_configs``): a ``--set`` that one segment cannot take is refused, as
+``dreamddp-run`` refuses, in one line naming the model, the segment and the field.
 
     python runners/bench.py                          # the committed benchmark (make bench)
     python runners/bench.py --preset small --nproc 4 --out results/bench_skew   # make bench-skew
@@ -214,14 +214,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def check_configs(args: argparse.Namespace) -> None:
-    """Compose and validate every run of every job before any starts, as ``dreamddp-run`` does
-    before its workers: a ``--set`` one segment cannot run with (``bandwidth.hold_core=true`` on
-    the ideal-link ones) is refused here in one line naming the segment and the field, not in a
-    job's log after its start-up.  The emulated rate is the calibration's, known only in the job
-    (any valid one stands in); a schedule written by another segment's run is not there yet."""
+    """Compose and validate every run of every job before any starts, with ``dreamddp-run``'s checks
+    and its refusal (``error: <one line>``, status 2): a ``--set`` one segment cannot run with
+    (``bandwidth.hold_core=true`` on the ideal-link ones) is refused here naming the model, the
+    segment and the field, not in a job's log after its start-up.  The emulated rate is the
+    calibration's, known only in the job (any valid one stands in); a schedule written by another
+    segment's run is not there yet."""
+    from dreamddp.checks import refuse
+    from dreamddp.cli import check_group_options
     from dreamddp.config import CONFIG_NAME, ConfigError, conf_dir, validate
     from dreamddp.config.overrides import compose_checked
 
+    check_group_options(list(args.set), conf_dir())  # data=nope: refused with the options there are
     for model in args.models:
         spec = job_spec(args, model, 0, os.path.join(args.out, "runs", model, "rep0"))
         runs = [("calibration", calibration_overrides(spec))]
@@ -230,7 +234,7 @@ def check_configs(args: argparse.Namespace) -> None:
             try:
                 validate(compose_checked(conf_dir(), CONFIG_NAME, overrides))
             except ConfigError as exc:
-                raise SystemExit(f"bench: {model} {label}: {exc}") from None
+                refuse(f"{model} {label}: {exc}")
 
 
 def run_jobs(args: argparse.Namespace, reps: Iterable[int] | None = None) -> str:

@@ -113,16 +113,18 @@ def test_a_missed_ratio_without_the_compute_only_runs_says_the_job_has_no_bounds
 
 @pytest.mark.parametrize("override,message", [
     # valid for the emulated segments, not for the ideal-link ones (the calibration run is the first)
-    ("bandwidth.hold_core=true", "bench: gpt2 calibration: bandwidth.hold_core=true: only a paced link"),
-    ("model.n_layer=0", "bench: gpt2 calibration: model.n_layer=0: must be >= 1"),
-    ("trian.lr=1", "bench: gpt2 calibration: trian.lr=1: the config has no key trian"),
+    ("bandwidth.hold_core=true", "error: gpt2 calibration: bandwidth.hold_core=true: only a paced link"),
+    ("model.n_layer=0", "error: gpt2 calibration: model.n_layer=0: must be >= 1"),
+    ("trian.lr=1", "error: gpt2 calibration: trian.lr=1: the config has no key trian"),
+    ("data=nope", "error: data=nope: unknown option; choose from cifar10, cifar100, fashion_mnist"),
 ])
 def test_a_set_some_run_cannot_take_is_refused_before_any_job_starts(tmp_path, override, message):
     """Every run of every job is composed and validated before the first job starts: one line
-    naming the model, the segment and the field, no job folder, no worker started."""
+    naming the model, the segment and the field (as dreamddp-run refuses: ``error: ``, status 2),
+    no job folder, no worker started."""
     out = tmp_path / "bench"
     done = bench(out, "--set", override)
-    assert done.returncode == 1
-    assert done.stderr.strip() == next(line for line in done.stderr.splitlines() if line.startswith("bench:"))
+    assert done.returncode == 2
+    assert done.stderr.strip() == next(line for line in done.stderr.splitlines() if line.startswith("error:"))
     assert done.stderr.strip().startswith(message), done.stderr
     assert not out.exists()
