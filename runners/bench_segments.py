@@ -27,6 +27,12 @@ def segments(bucket_mb: float) -> list[dict]:
         seg("dreamddp+overlap+same-schedule", ["algo=dreamddp", "algo.overlap_forward=true"],
             schedule_from="dreamddp", opt_in=True),
         seg("dreamddp+overlap", ["algo=dreamddp", "algo.overlap_forward=true"]),
+        # opt-in: overlap_forward with its real collectives started at launch (eager) or at the first
+        # wait, in the next forward (deferred), where carrier=auto starts them as the iteration ends
+        seg("dreamddp+overlap+eager", ["algo=dreamddp", "algo.overlap_forward=true", "bandwidth.carrier=eager"],
+            opt_in=True),
+        seg("dreamddp+overlap+deferred", ["algo=dreamddp", "algo.overlap_forward=true", "bandwidth.carrier=deferred"],
+            opt_in=True),
         seg("dreamddp+general", ["algo=dreamddp", "algo.scheduler=general"]),
         seg("dreamddp+delay", ["algo=dreamddp", "algo.merge_delay=1"]),
         # opt-in (--only names it): the delayed merge with its real collectives started at launch,

@@ -327,3 +327,24 @@ def test_fake_paced_by_link_and_wait_is_idempotent():
     assert h2.wait() == 0.0 and h2.record.blocked > 0
     h1.wait()
     assert comm.pending() == 0
+
+
+@pytest.mark.parametrize(
+    "overrides,late",
+    [
+        (["algo=dreamddp"], False),
+        (["algo=dreamddp", "algo.merge_delay=1"], True),
+        # averages awaited in the next iteration's forward: carried as the iteration ends
+        (["algo=dreamddp", "algo.overlap_forward=true"], True),
+        (["algo=streaming_diloco"], True),
+        (["algo=flsgd"], False),
+    ],
+)
+def test_the_algorithms_that_merge_late_get_the_step_carrier(compose_cfg, overrides, late):
+    from dreamddp.algorithms import ALGORITHMS
+
+    cfg = compose_cfg(overrides)
+    merges_late = ALGORITHMS.lookup(cfg.algo.name).merges_late(cfg.algo)
+    assert merges_late is late
+    emu = build_link(bw("emulated", 1.0))
+    assert emu.carrier("auto", torch.device("cpu"), merges_late) == ("step" if late else "deferred")

@@ -83,7 +83,10 @@ class DreamDDP(DelayedMerge, PartialParamSync):
 
     @classmethod
     def merges_late(cls, cfg) -> bool:
-        return cfg.merge_delay > 0
+        # overlap_forward's averages are awaited in the next iteration's forward: started at the
+        # first wait (deferred) they travel in full at that wait, started as the iteration ends
+        # (step) behind the forward before it (results/bench_carrier/README.md)
+        return cfg.merge_delay > 0 or bool(cfg.overlap_forward)
 
     @classmethod
     def check_model(cls, cfg, layout) -> None:

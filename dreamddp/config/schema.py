@@ -150,9 +150,9 @@ class BandwidthConfig:
     # gloo gets no cycles while the workers compute) | step (deferred, and what is still
     # queued when an iteration ends starts then, merged: a late average, merge_delay,
     # gets the next iteration as slack for the slowest rank) | auto (for the emulated link
-    # on CPU: step where the algorithm merges averages late, e.g. algo.merge_delay or
-    # Streaming DiLoCo's tau, else deferred; eager otherwise). The link model's timing is
-    # the same either way.
+    # on CPU: step where the algorithm merges averages late, e.g. algo.merge_delay,
+    # algo.overlap_forward (awaited in the next forward) or Streaming DiLoCo's tau, else
+    # deferred; eager otherwise). The link model's timing is the same either way.
     carrier: str = "auto"
     # While a worker waits for the paced link: true = it keeps its core (polls and yields),
     # as a worker waiting for the network keeps its GPU | false = it sleeps, lending the

@@ -111,7 +111,8 @@ class EmulatedLink(Link):
         ``late`` (an algorithm's ``merges_late``): they start as the iteration ends, merged, and
         travel behind the next one's compute, so the slowest rank has that long to launch its
         own (4 workers on 2 cores, small GPT-2, merge_delay=1: 114 ms per iteration against
-        118 deferred; 2 workers one per core: 422 against 424; results/bench_carrier/)."""
+        118 deferred; 2 workers one per core: 422 against 424), and an average awaited in the
+        next forward (overlap_forward) is not carried whole at that wait (results/bench_carrier/)."""
         if requested != "auto":
             return requested
         if getattr(device, "type", str(device)) == "cuda":
