@@ -35,6 +35,7 @@ import torch.distributed as dist
 from hydra import compose, initialize_config_dir
 
 import dreamddp.config  # noqa: F401  (registers schema and resolvers)
+import bench_memory
 from bench_segments import calibration_overrides, segment_overrides
 from dreamddp.run import dist_env
 from dreamddp.comm.cost import ring_factor
@@ -78,7 +79,8 @@ def _interleaved(ctx, segments: list[tuple[list[str], str]], chunk: int) -> None
     dist.barrier()
 
 
-def _run(ctx, overrides: list[str], run_dir: str, profile_memory: bool = False) -> Run:
+def _run(ctx, overrides: list[str], run_dir: str, profile_memory: bool = False,
+         every_thread: bool = False) -> Run:
     run = _new_run(ctx, overrides, run_dir)
     if not profile_memory:
         run.build()
@@ -92,7 +94,7 @@ def _run(ctx, overrides: list[str], run_dir: str, profile_memory: bool = False) 
             run.set_up()
             with torch.profiler.record_function(LOOP_MARK):
                 run.loop()
-        run.recorder.set("memory", _peak_memory(prof))
+        run.recorder.set("memory", bench_memory.loop_memory(prof, LOOP_MARK, every_thread))
     run.finish()
     dist.barrier()
     return run
@@ -115,27 +117,6 @@ def _cuda_peak_memory(run: Run, device) -> dict:
             "held_before_bytes": base,
             "note": "torch.cuda.max_memory_allocated of this worker during the training loop, less the "
                     "bytes it held before the segment was built"}
-
-
-def _peak_memory(prof) -> dict:
-    """Peak live tensor bytes of the segment while it trains, from the profiler's raw
-    allocation records (each counted once, whatever thread made it; the segment built its
-    model, optimizer and algorithm under the profiler), and the live bytes when the loop began."""
-    events = prof.profiler.kineto_results.events()
-    mark = next(e for e in events if e.name() == LOOP_MARK)
-    start, end = mark.start_ns(), mark.start_ns() + mark.duration_ns()
-    allocations = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
-    live, before, peak = 0, 0, 0
-    for t, nbytes in allocations:
-        if t > end:
-            break
-        live += nbytes
-        if t < start:
-            before = live
-        else:
-            peak = max(peak, live)
-    return {"loop_start_bytes": before, "peak_bytes": max(peak, before),
-            "note": "live torch tensor bytes of this segment (built under the profiler) during its training loop"}
 
 
 def _calibrate(ctx, spec: dict) -> float:
@@ -170,9 +151,12 @@ def main(spec_path: str) -> None:
         _interleaved(ctx, [segment(seg, False) for seg in spec["segments"]], spec["chunk"])
         gc.collect()
         if spec.get("memory"):
+            # from here on the CPU allocator counts every thread (after the timed segments: it
+            # takes a lock per allocation)
+            every_thread = ctx.device.type == "cpu" and bench_memory.count_every_thread()
             for seg in spec["segments"]:
                 if seg.get("memory", True):
-                    _run(ctx, *segment(seg, True), profile_memory=True)
+                    _run(ctx, *segment(seg, True), profile_memory=True, every_thread=every_thread)
                     gc.collect()
         clean = True
     finally:
