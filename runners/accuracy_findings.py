@@ -8,7 +8,7 @@ import collections
 import statistics
 
 import bench_predict as bp
-from accuracy_measures import FAR, TIE, accuracy, by_job, flipped_elsewhere
+from accuracy_measures import FAR, TIE, accuracy, by_job, flipped_elsewhere, swapped_pairs
 from dreamddp.run.summary import quantile
 
 
@@ -110,6 +110,29 @@ def misses_line(rows: list[dict]) -> str:
                        "there the simulator's order is wrong, not the measurement's.")
     return head + (f"another repetition of the same model and ratio measured {len(found['flipped'])} of them the "
                    f"other way round, as the simulator ordered them ({'; '.join(found['flipped'])}).")
+
+
+def exact_line(rows: list[dict]) -> str:
+    """What keeps configurations from the exact order: a misordered pair whose measured order
+    another repetition reverses has no measured order a prediction could meet; the others did
+    repeat, and there the simulator's order is wrong."""
+    found = flipped_elsewhere(rows, min_gap=0.0)
+    if not found["misses"]:
+        return ""
+    widest = max(b["measured_s"] / a["measured_s"] - 1 for runs in by_job(rows).values()
+                 for a, b in swapped_pairs(runs))
+    line = (f"The {len(found['misses'])} misordered pairs that keep configurations from the exact order were "
+            f"measured at most {widest:.1%} apart; another repetition of the same model and ratio measured "
+            f"{len(found['flipped'])} of them the other way round, as the simulator ordered them: their measured "
+            "order does not repeat, and no prediction can meet it.")
+    if found["held"]:
+        held = sum(map(len, found["held"].values()))
+        line += ((f" The other {held} were" if held > 1 else " The other one was") + " measured in the same order in "
+                 "every repetition, and there the simulator's order is wrong: "
+                 + "; ".join(f"{name} (misordered in {len(gaps)} repetition{'s' if len(gaps) > 1 else ''}, measured "
+                             f"{', '.join(f'{g:.1%}' for g in gaps)} apart)" for name, gaps in found["held"].items())
+                 + ".")
+    return line
 
 
 def skew_line(rows: list[dict]) -> str:

@@ -73,16 +73,19 @@ def pairs(rows: list[dict], predicted: str = "predicted_s") -> dict:
     return {**{k: counts[k] for k in ("n", "right", "apart", "right_apart")}, "far": far}
 
 
-def flipped_elsewhere(rows: list[dict], predicted: str = "predicted_s") -> dict:
-    """The misordered pairs measured at least TIE apart (the ones that fail a configuration even
-    counting ties): how many of them another repetition of the same model and ratio measured the
-    other way round, as predicted, so that their measured order is itself not stable."""
+def flipped_elsewhere(rows: list[dict], predicted: str = "predicted_s", min_gap: float = TIE) -> dict:
+    """The misordered pairs measured at least ``min_gap`` apart (TIE: the ones that fail a
+    configuration even counting ties; 0: every one that makes its order inexact): how many of them
+    another repetition of the same model and ratio measured the other way round, as predicted, so
+    that their measured order is itself not stable. ``held``: the others, by pair of algorithms,
+    with their measured gaps."""
     jobs = by_job(rows)
     times = {job: {r["algorithm"]: r["measured_s"] for r in runs} for job, runs in jobs.items()}
-    misses, flipped = [], []
+    misses, flipped, held = [], [], collections.defaultdict(list)
     for cfg, mine in jobs.items():
         for a, b in swapped_pairs(mine, predicted):
-            if b["measured_s"] / a["measured_s"] - 1 < TIE:
+            gap = b["measured_s"] / a["measured_s"] - 1
+            if gap < min_gap:
                 continue
             name = f"{cfg[0]} {cfg[1]:g} rep {cfg[2]}: {a['algorithm']} < {b['algorithm']}"
             misses.append(name)
@@ -90,7 +93,9 @@ def flipped_elsewhere(rows: list[dict], predicted: str = "predicted_s") -> dict:
                      and t.get(b["algorithm"], math.inf) < t.get(a["algorithm"], -math.inf)]
             if other:
                 flipped.append(f"{name} (rep {', '.join(map(str, other))} measured the other way round)")
-    return {"misses": misses, "flipped": flipped}
+            else:
+                held[f"{cfg[0]} {cfg[1]:g}: {a['algorithm']} < {b['algorithm']}"].append(gap)
+    return {"misses": misses, "flipped": flipped, "held": dict(held)}
 
 
 def median_ranking(rows: list[dict]) -> list[dict]:

@@ -176,6 +176,7 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
              f"{right} of {n} configurations, and in {ties} of {n} when runs measured within {TIE:.0%} of each "
              "other (the repetitions' spread) count as ties.**", "", findings.pairs_line(pair, over_reps), "",
              *([line, ""] if (line := findings.misses_line(rows)) else []),
+             *([line, ""] if (line := findings.exact_line(rows)) else []),
              findings.compute_line(rows), "", findings.skew_line(rows), "",
              findings.nosync_only_line(rows), "", findings.own_compute_line(rows), "",
              *([line, ""] if (line := findings.host_line(rows)) else []),

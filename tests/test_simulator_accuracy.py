@@ -59,15 +59,34 @@ def test_pairs_count_every_two_runs_of_a_configuration(measures):
 def test_a_miss_beyond_the_tie_width_is_checked_against_the_other_repetitions(measures):
     # rep 1's a < c (10% apart, predicted the other way round) is the one miss beyond 2%; reps 0 and 2
     # measured a < c too: its measured order held
-    assert measures.flipped_elsewhere(rows()) == {"misses": ["m 7 rep 1: a < c"], "flipped": []}
+    found = measures.flipped_elsewhere(rows())
+    assert (found["misses"], found["flipped"]) == (["m 7 rep 1: a < c"], [])
+    assert found["held"] == {"m 7: a < c": [pytest.approx(0.10)]}
     # rep 2 measuring c fastest (0.90) instead, still predicted slowest: rep 1's miss moved between
     # repetitions, and so do rep 2's own two new misses (c < a: reps 0 and 1 measured a < c; c < b: rep 0)
     moved = [{**r, "measured_s": 0.90} if (r["rep"], r["algorithm"]) == (2, "c") else r for r in rows()]
     assert measures.flipped_elsewhere(moved) == {
+        "held": {},
         "misses": ["m 7 rep 1: a < c", "m 7 rep 2: c < a", "m 7 rep 2: c < b"],
         "flipped": ["m 7 rep 1: a < c (rep 2 measured the other way round)",
                     "m 7 rep 2: c < a (rep 0, 1 measured the other way round)",
                     "m 7 rep 2: c < b (rep 0 measured the other way round)"]}
+
+
+def test_the_exact_order_counts_every_misordered_pair_against_the_other_repetitions(measures, monkeypatch):
+    # with no gap floor rep 0's b < c (1% apart) counts too: rep 1 measured c < b, as predicted
+    found = measures.flipped_elsewhere(rows(), min_gap=0.0)
+    assert found["misses"] == ["m 7 rep 0: b < c", "m 7 rep 1: a < c"]
+    assert found["flipped"] == ["m 7 rep 0: b < c (rep 1 measured the other way round)"]
+    assert found["held"] == {"m 7: a < c": [pytest.approx(0.10)]}
+    monkeypatch.syspath_prepend(str(ROOT / "runners"))
+    findings = importlib.import_module("accuracy_findings")
+    line = findings.exact_line(rows())
+    assert line.startswith("The 2 misordered pairs that keep configurations from the exact order were measured "
+                           "at most 10.0% apart; another repetition of the same model and ratio measured 1 of them")
+    assert line.endswith("The other one was measured in the same order in every repetition, and there the simulator's "
+                         "order is wrong: m 7: a < c (misordered in 1 repetition, measured 10.0% apart).")
+    assert findings.exact_line([r for r in rows() if r["rep"] == 2]) == ""  # all right: nothing to explain
 
 
 def test_the_order_over_repetitions_takes_each_algorithms_medians(measures):
