@@ -43,6 +43,11 @@ def segments(bucket_mb: float) -> list[dict]:
         # opt-in: the late averages carried at the next wait (carrier=auto picks step for them on a CPU)
         seg("dreamddp+delay+deferred", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=deferred"],
             opt_in=True),
+        # opt-in: the delayed merge composed with overlap_forward (the averages merged in place land
+        # in the next forward, the late ones an iteration later): against each alone on ResNet-18,
+        # where overlap_forward alone is about as fast as the delayed merge (results/bench_delay_overlap)
+        seg("dreamddp+overlap+delay", ["algo=dreamddp", "algo.overlap_forward=true", "algo.merge_delay=1"],
+            opt_in=True),
         # opt-in: the delayed merge with no late collective cut into parts (as before algo.late_parts)
         seg("dreamddp+delay+whole", ["algo=dreamddp", "algo.merge_delay=1", "algo.late_parts=1"], opt_in=True),
         seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),

@@ -4,8 +4,8 @@ Against a fake communicator whose other rank holds a known function of this
 rank's values: merge_delay=0 is the paper's DreamDDP (each average lands in
 place before the local step) and merge_delay=1 and 2 are the update rule
 written out here by hand (a snapshot after the step, averaged, merged at the
-end of backward d iterations later as ``avg + (p - snapshot)``), bitwise; a
-unit's merged value is the average the workers' snapshots had.  End to end on
+end of backward d iterations later as ``avg + (p - snapshot)``), bitwise, with
+``overlap_forward`` as without it; a unit's merged value is the average the workers' snapshots had.  End to end on
 gloo: a run resumed from a checkpoint taken with averages in flight ends
 bitwise where the uninterrupted run does.  And the split: only what the link
 cannot finish in place goes late.
@@ -22,6 +22,7 @@ from torch import nn
 
 from cli_util import train_completed
 from dreamddp.algorithms import build_algorithm
+from dreamddp.algorithms.dreamddp_overlap import DreamDDPOverlap
 from dreamddp.comm.fake import FakeCommunicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.engine.units import enumerate_units
@@ -52,16 +53,17 @@ def mean(x: torch.Tensor) -> torch.Tensor:
     return total.div_(2)
 
 
-def run_engine(delay: int, steps: int, late=LATE) -> nn.Module:
+def run_engine(delay: int, steps: int, late=LATE, overlap_forward: bool = False) -> nn.Module:
     model = small_model()
     setup = {"schedule": {"H": H, "schedule": SCHEDULE}}
     if delay:
         setup["schedule"]["delayed"] = [[list(r) for r in its] for its in late]
-    algo = build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=delay), setup)
+    algo = build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=delay, overlap_forward=overlap_forward), setup)
     engine = PartialSyncEngine(model, enumerate_units(model), FakeCommunicator(world_size=2, peer_fn=peer), algo)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     for t in range(steps):
         engine_step(engine, model, opt, t)
+    engine.flush()  # overlap_forward: the last in-place averages land and their steps apply; late ones only land
     return model
 
 
@@ -116,6 +118,20 @@ def test_engine_follows_the_update_rule_bitwise(delay):
         assert torch.equal(a, b), f"merge_delay={delay}: {name}"
     if delay:  # and the delay changes the trajectory (the test can tell them apart)
         assert not all(torch.equal(a, b) for a, b in zip(engine_model.parameters(), run_reference(0, steps).parameters()))
+
+
+@pytest.mark.parametrize("delay", [1, 2])
+def test_with_overlap_forward_the_update_rule_is_the_same_bitwise(delay):
+    # overlap_forward moves only the moment of an in-place unit's local step (into its next
+    # forward); the late units merge as without it: the same trajectory, element for element
+    setup = {"schedule": {"H": H, "schedule": SCHEDULE, "delayed": [[list(r) for r in its] for its in LATE]}}
+    assert isinstance(build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=delay, overlap_forward=True), setup),
+                      DreamDDPOverlap)
+    steps = 4 * H
+    engine_model = run_engine(delay, steps, overlap_forward=True)
+    reference = run_reference(delay, steps)
+    for (name, a), (_, b) in zip(engine_model.named_parameters(), reference.named_parameters()):
+        assert torch.equal(a, b), f"merge_delay={delay} with overlap_forward: {name}"
 
 
 @pytest.mark.parametrize("delay", [1, 2])
