@@ -255,10 +255,13 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
     memory = {label[: -len("@memory")]: s[label]["extra"]["memory"]["peak_bytes"]
               for s in reps.values() for label in s if label.endswith("@memory")}
     if memory:
-        how = ("torch.cuda.max_memory_allocated of rank 0 during the training loop, less what its process held "
-               "before the segment was built" if next(iter(some.values()))["config"]["cluster"]["device"] == "cuda" else
-               "torch profiler: every tensor the run allocated from building its model on")
-        lines += ["", f"Peak live tensor memory per worker during training ({how}, repetition 0):", "",
+        # as each record says it measured (CPU records before 2026-11-29 counted the profiler's own
+        # events, which miss a free made on gloo's thread: runners/bench_memory.py)
+        notes = sorted({s[label]["extra"]["memory"].get("note") or "" for s in reps.values()
+                        for label in s if label.endswith("@memory")} - {""})
+        how = "; ".join(notes) or "not recorded"
+        lines += ["", f"Peak live tensor memory per worker during training (rank 0's record: {how}; repetition 0):",
+                  "",
                   "| algorithm | peak MiB | x plain | x nosync |", "|---|---|---|---|"]
         for label, peak in memory.items():
             vs = lambda ref: "n/a" if not memory.get(ref) else f"{peak / memory[ref]:.3f}"  # noqa: E731

@@ -41,6 +41,9 @@ def test_quick_bench_writes_its_report_and_resume_keeps_the_completed_job(tmp_pa
     report = (tmp_path / "README.md").read_text()
     assert "| flsgd |" in report and "| dreamddp |" in report and "## Targets" in report
     assert "ascwfbp / ddp" in report and "ascwfbp / ddp n/a" not in report  # the opt-in segment, named
+    # the memory table says how its records measured (CPU: the allocator's total over every thread)
+    assert "Peak live tensor memory per worker during training (rank 0's record: live torch tensor bytes" in report
+    assert "c10's CPU allocator total over every thread; repetition 0)" in report
 
     stamp = (job / "dreamddp" / "run.json").stat().st_mtime_ns
     again = bench(tmp_path, "--resume")
