@@ -78,10 +78,10 @@ def flipped_elsewhere(rows: list[dict], predicted: str = "predicted_s", min_gap:
     configuration even counting ties; 0: every one that makes its order inexact): how many of them
     another repetition of the same model and ratio measured the other way round, as predicted, so
     that their measured order is itself not stable. ``held``: the others, by pair of algorithms,
-    with their measured gaps."""
+    with their measured gaps; ``gaps``: every miss's measured gap, in the order of ``misses``."""
     jobs = by_job(rows)
     times = {job: {r["algorithm"]: r["measured_s"] for r in runs} for job, runs in jobs.items()}
-    misses, flipped, held = [], [], collections.defaultdict(list)
+    misses, gaps, flipped, held = [], [], [], collections.defaultdict(list)
     for cfg, mine in jobs.items():
         for a, b in swapped_pairs(mine, predicted):
             gap = b["measured_s"] / a["measured_s"] - 1
@@ -89,13 +89,14 @@ def flipped_elsewhere(rows: list[dict], predicted: str = "predicted_s", min_gap:
                 continue
             name = f"{cfg[0]} {cfg[1]:g} rep {cfg[2]}: {a['algorithm']} < {b['algorithm']}"
             misses.append(name)
+            gaps.append(gap)
             other = [rep for (model, ratio, rep), t in times.items() if (model, ratio) == cfg[:2] and rep != cfg[2]
                      and t.get(b["algorithm"], math.inf) < t.get(a["algorithm"], -math.inf)]
             if other:
                 flipped.append(f"{name} (rep {', '.join(map(str, other))} measured the other way round)")
             else:
                 held[f"{cfg[0]} {cfg[1]:g}: {a['algorithm']} < {b['algorithm']}"].append(gap)
-    return {"misses": misses, "flipped": flipped, "held": dict(held)}
+    return {"misses": misses, "gaps": gaps, "flipped": flipped, "held": dict(held)}
 
 
 def median_ranking(rows: list[dict]) -> list[dict]:

@@ -5,8 +5,8 @@ rank's values: merge_delay=0 is the paper's DreamDDP (each average lands in
 place before the local step) and merge_delay=1 and 2 are the update rule
 written out here by hand (a snapshot after the step, averaged, merged at the
 end of backward d iterations later as ``avg + (p - snapshot)``), bitwise, with
-``overlap_forward`` as without it; a unit's merged value is the average the workers' snapshots had.  End to end on
-gloo: a run resumed from a checkpoint taken with averages in flight ends
+``overlap_forward`` as without it; a unit's merged value is the average the
+workers' snapshots had.  End to end on gloo: a run resumed from a checkpoint taken with averages in flight ends
 bitwise where the uninterrupted run does.  And the split: only what the link
 cannot finish in place goes late.
 """
@@ -53,12 +53,17 @@ def mean(x: torch.Tensor) -> torch.Tensor:
     return total.div_(2)
 
 
-def run_engine(delay: int, steps: int, late=LATE, overlap_forward: bool = False) -> nn.Module:
-    model = small_model()
+def algorithm(delay: int, late=LATE, overlap_forward: bool = False):
+    """DreamDDP on SCHEDULE with the ``late`` runs merged ``delay`` iterations later."""
     setup = {"schedule": {"H": H, "schedule": SCHEDULE}}
     if delay:
         setup["schedule"]["delayed"] = [[list(r) for r in its] for its in late]
-    algo = build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=delay, overlap_forward=overlap_forward), setup)
+    return build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=delay, overlap_forward=overlap_forward), setup)
+
+
+def run_engine(delay: int, steps: int, late=LATE, overlap_forward: bool = False) -> nn.Module:
+    model = small_model()
+    algo = algorithm(delay, late, overlap_forward)
     engine = PartialSyncEngine(model, enumerate_units(model), FakeCommunicator(world_size=2, peer_fn=peer), algo)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     for t in range(steps):
@@ -124,9 +129,7 @@ def test_engine_follows_the_update_rule_bitwise(delay):
 def test_with_overlap_forward_the_update_rule_is_the_same_bitwise(delay):
     # overlap_forward moves only the moment of an in-place unit's local step (into its next
     # forward); the late units merge as without it: the same trajectory, element for element
-    setup = {"schedule": {"H": H, "schedule": SCHEDULE, "delayed": [[list(r) for r in its] for its in LATE]}}
-    assert isinstance(build_algorithm(algo_cfg("dreamddp", H=H, merge_delay=delay, overlap_forward=True), setup),
-                      DreamDDPOverlap)
+    assert isinstance(algorithm(delay, overlap_forward=True), DreamDDPOverlap)
     steps = 4 * H
     engine_model = run_engine(delay, steps, overlap_forward=True)
     reference = run_reference(delay, steps)

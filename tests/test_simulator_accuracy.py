@@ -66,7 +66,7 @@ def test_a_miss_beyond_the_tie_width_is_checked_against_the_other_repetitions(me
     # repetitions, and so do rep 2's own two new misses (c < a: reps 0 and 1 measured a < c; c < b: rep 0)
     moved = [{**r, "measured_s": 0.90} if (r["rep"], r["algorithm"]) == (2, "c") else r for r in rows()]
     assert measures.flipped_elsewhere(moved) == {
-        "held": {},
+        "held": {}, "gaps": [pytest.approx(0.10), pytest.approx(1.02 / 0.90 - 1), pytest.approx(1.40 / 0.90 - 1)],
         "misses": ["m 7 rep 1: a < c", "m 7 rep 2: c < a", "m 7 rep 2: c < b"],
         "flipped": ["m 7 rep 1: a < c (rep 2 measured the other way round)",
                     "m 7 rep 2: c < a (rep 0, 1 measured the other way round)",
@@ -77,6 +77,7 @@ def test_the_exact_order_counts_every_misordered_pair_against_the_other_repetiti
     # with no gap floor rep 0's b < c (1% apart) counts too: rep 1 measured c < b, as predicted
     found = measures.flipped_elsewhere(rows(), min_gap=0.0)
     assert found["misses"] == ["m 7 rep 0: b < c", "m 7 rep 1: a < c"]
+    assert found["gaps"] == [pytest.approx(0.01), pytest.approx(0.10)]
     assert found["flipped"] == ["m 7 rep 0: b < c (rep 1 measured the other way round)"]
     assert found["held"] == {"m 7: a < c": [pytest.approx(0.10)]}
     monkeypatch.syspath_prepend(str(ROOT / "runners"))
