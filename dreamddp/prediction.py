@@ -67,7 +67,7 @@ def compute_of(profile: Profile) -> Compute:
         weight = np.array([profile.comm.get(u, 0.0) > 0 for u in profile.units], dtype=float)
     share = weight / weight.sum() if weight.sum() > 0 else weight
     return Compute(fwd=fwd, bp=bp, step=profile.step_time, fwd_rest=rest, optimizer=profile.optimizer_seconds,
-                   share=share)
+                   share=share, step_call=profile.optimizer_call_time or 0.0)
 
 
 def op_seconds(profile: Profile, layout: UnitLayout, link: LinkModel | None):

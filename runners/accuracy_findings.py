@@ -27,7 +27,8 @@ def kinds_line(rows: list[dict]) -> str:
     if at_end:
         out.append(f"The optimizer step where the engine runs it: for the {len(at_end)} runs whose plans step a "
                    f"group where its collective completes ({', '.join(sorted({r['algorithm'] for r in at_end}))}: "
-                   f"in forward, after the group's all-gather), the median absolute error is "
+                   f"in forward, after the collective's wait: DeAR's all-gather, overlap_forward's average), "
+                   f"the median absolute error is "
                    f"{errors('error', at_end):.1%}; charged at the iteration's step instead, where it would hide "
                    f"behind the link, {errors('step_at_end_error', at_end):.1%}.")
     return " ".join(out)

@@ -55,7 +55,7 @@ import numpy as np
 
 from dreamddp.algorithms import ALGORITHMS
 from dreamddp.engine.plan import When
-from dreamddp.prediction import record_carrier, record_link, simulate_record, skew_of
+from dreamddp.prediction import compute_of, record_carrier, record_link, simulate_record, skew_of
 from dreamddp.run.summary import warmup_cut
 from dreamddp.schedule.cost import arrays, forward_slack
 from dreamddp.schedule.delay import late_room
@@ -118,6 +118,22 @@ def host_charged(rec: dict, profile: Profile | None, phases: tuple[str, ...]) ->
     points = {LAUNCHED_IN[p] for p in phases}
     launched = sum(op.launch in points for ops in iterations for op in ops)
     return host[0] * launched / max(1, len(iterations))
+
+
+def forward_steps(rec: dict, profile: Profile | None) -> tuple[float, float] | None:
+    """Seconds per iteration of the optimizer steps the run applied where its collectives
+    completed, in forward (SyncOp.steps: DeAR's groups, overlap_forward's averages): measured
+    (the records' ``forward_steps``, over the timed iterations) and charged (each such op's share
+    of the step and its own call, on ``profile``, as the run's plan completes them).  None where
+    the records lack the field (made before it was kept) or the run stepped nothing there."""
+    rows = timed(rec)
+    if profile is None or not rows or "forward_steps" not in rows[0]:
+        return None
+    measured = statistics.fmean(r["forward_steps"] for r in rows)
+    if measured <= 0:
+        return None
+    compute, iterations = compute_of(profile), plan_run(rec, profile).ops
+    return measured, sum(compute.stepped(op) for ops in iterations for op in ops) / max(1, len(iterations))
 
 
 def backward_over_reference(rec: dict, segs: dict, profile: Profile | None = None) -> float:

@@ -124,7 +124,7 @@ def per_rep(reps: dict) -> dict:
                            bound=bp.structure_bound(label, rec, profile),
                            any_bound=bp.structure_bound(label, rec, profile, any_assignment=True),
                            compute=bp.compute_time(profile),
-                           longest_unit=bp.longest_unit(rec, profile))
+                           longest_unit=bp.longest_unit(rec, profile), forward_steps=bp.forward_steps(rec, profile))
             out.setdefault(label, []).append(row)
     return out
 
@@ -221,7 +221,10 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
                "compute_s": col("compute"), "probed": all(s["probed"] for s in st),
                "compute_over": col("compute_over"), "forward_over": col("forward_over"),
                "compute_excess_s": col("compute_excess"), "host_charged_s": col("host_charged"),
-               "excess_of": st[0].get("excess_of")}
+               "excess_of": st[0].get("excess_of"),
+               "forward_steps_ms": median_spread([1e3 * s["forward_steps"][0] for s in st if s.get("forward_steps")]),
+               "forward_steps_charged_ms": median_spread([1e3 * s["forward_steps"][1] for s in st
+                                                          if s.get("forward_steps")])}
         rows.append(row)
         units = [s["longest_unit"] for s in st if s.get("longest_unit")]
         judged[label] = {**row, "longest_unit": units and (units[0][0], *(statistics.median(u[k] for u in units)

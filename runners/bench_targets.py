@@ -63,6 +63,10 @@ def _reason(row: dict) -> str:
                 beyond += (f"{1e3 * excess[0]:+.1f} ms of it its {row['excess_of']} over the compute-only runs', "
                            "whose speed the model charges" + ", less the launches' host work it charges there" * hooks
                            + "; the rest ")
+            steps, charged = row.get("forward_steps_ms"), row.get("forward_steps_charged_ms")
+            if steps and charged:
+                beyond += (f"its optimizer steps where its collectives complete, in forward, took {steps[0]:.1f} ms, "
+                           f"the model charges {charged[0]:.1f} ms for them; ")
             parts.append(beyond + "what the profile lacks; the algorithm's own host-side work alone: "
                          f"`python runners/engine_phases.py --carrier {row.get('carrier') or 'eager'}`"
                          + ("" if row.get("probed") else "; the backend's own transfer at the wait, not probed "

@@ -121,17 +121,66 @@ def test_slow_link_every_average_lands_before_the_next_forward_and_replicas_agre
     assert not torch.equal(results[0][True][0], results[1][True][0])  # the local step after the average
 
 
-def test_simulator_overlap_saves_the_step_on_the_hand_profile():
+def test_simulator_overlap_saves_the_unsynced_units_step_on_the_hand_profile():
     from dreamddp.schedule.profile import Profile
     from dreamddp.prediction import simulate
 
-    # Forward a, b, c; backward c=1 b=2 a=3; all-reduce c=4 b=1 a=2; step .25; every unit every iteration.
-    # Plain: averages c 1.5->5.5, b ->6.5, a ->8.5 after forward .5: wait 2 at the end of backward.
-    # Overlap: the step runs first, then a's forward waits for a's average: 2 - .25 = 1.75.
+    # Forward a, b, c; backward c=1 b=2 a=3; all-reduce c=4 b=1 a=2; step .25, a third per unit.
+    # Every unit every iteration: plain waits 2 at the end of backward (averages c 1.5->5.5,
+    # b ->6.5, a ->8.5 after forward .5).  Overlap hides nothing there: a synced unit's step
+    # waits for its average (SyncOp.steps), and a, first in forward, lands last.
     p = Profile(units=["c", "b", "a"], bp={"c": 1.0, "b": 2.0, "a": 3.0}, comm={"c": 4.0, "b": 1.0, "a": 2.0},
                 fwd={"a": 0.2, "b": 0.2, "c": 0.1}, nbytes={}, step_time=0.25)
     every = {"a": [0], "b": [0], "c": [0]}
     plain = simulate("dreamddp", p, H=1, schedule=every)
     overlap = simulate("dreamddp", p, H=1, schedule=every, iterations=3, overlap_forward=True)
     assert (plain.mean_iter, plain.mean_wait) == (8.75, 2.0)
-    assert overlap.per_iter == [pytest.approx((8.5, 1.75))] * 3
+    assert overlap.per_iter == [pytest.approx((8.75, 2.0))] * 3
+    # H=2, c and b in iteration 0, a in iteration 1: plain waits 2 for a (6.75, then 8.75);
+    # overlap steps b and c (1/12 s each) while a is on the wire, then waits for a in the
+    # next forward, 2 - 1/6, and applies a's step there: the window is 1/6 shorter.
+    split = {"c": [0], "b": [0], "a": [1]}
+    plain = simulate("dreamddp", p, H=2, schedule=split, iterations=4)
+    overlap = simulate("dreamddp", p, H=2, schedule=split, iterations=4, overlap_forward=True)
+    assert plain.per_iter == [pytest.approx((6.75, 0.0)), pytest.approx((8.75, 2.0))] * 2
+    assert overlap.per_iter == [pytest.approx((8.5, 2 - 1 / 6)), pytest.approx((6.75 + 1 / 12, 0.0))] * 2
+
+
+def test_a_landed_average_steps_its_units_in_one_optimizer_call_timed_as_forward_steps(monkeypatch):
+    """Each average that lands in a forward pre-hook applies its units' deferred step in ONE
+    optimizer call (SyncOp.steps: the simulator charges the op's share there), and the record's
+    ``forward_steps`` holds those seconds.  SCHED fused: iteration 0 averages units 0-1 in one
+    collective, iteration 1 unit 0 and units 2-3: the next forwards make 1 and 2 calls, over
+    2 units and (forward runs the input side first) over units 2-3, then unit 0."""
+    from dreamddp.engine import substep
+
+    calls, in_forward = [], []
+    step = substep.SubsetStepper.step
+
+    def counted(self, hyper):
+        calls.append(len(self.opt.param_groups[0]["params"]))
+        return step(self, hyper)
+
+    monkeypatch.setattr(substep.SubsetStepper, "step", counted)
+    model = small_model()
+    fused = [[["4", "3"]], [["4", "4"], ["2", "0"]]]
+    algo = build("dreamddp", SCHED, fused, H=2, overlap_forward=True)
+    engine = PartialSyncEngine(model, enumerate_units(model), FakeCommunicator(world_size=2, peer_fn=peer_zeros), algo)
+    params = [len(list(model.get_submodule(u.name).parameters())) for u in engine.units]
+    opt, _ = make_opt("sgd", model)
+    for t in range(5):
+        engine.begin_iteration(t)
+        calls.clear()
+        loss_of(model, batch(0, t)).backward()
+        in_forward.append(list(calls))
+        engine.end_backward()
+        engine.step(opt)
+        stats = engine.after_step()
+        assert (stats.forward_steps > 0) == bool(in_forward[-1])
+    after_0, after_1 = [params[0] + params[1]], [params[2] + params[3], params[0]]
+    assert in_forward == [[], after_0, after_1, after_0, after_1]
+    model = small_model()
+    plain = PartialSyncEngine(model, enumerate_units(model), FakeCommunicator(world_size=2, peer_fn=peer_zeros),
+                              build("dreamddp", SCHED, H=2))
+    opt, _ = make_opt("sgd", model)
+    assert [engine_step(plain, model, opt, t).forward_steps for t in range(2)] == [0.0, 0.0]

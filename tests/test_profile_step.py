@@ -1,6 +1,7 @@
 """The start-up profile's step: the optimizer step alone (``optimizer_time``) and, as
 ``step_time``, the whole pass less its forward and backward, as the training loop's
-records count "step and the rest" (zeroing the flat gradients comes first in a pass).
+records count "step and the rest" (zeroing the flat gradients comes first in a pass);
+and what one more optimizer call costs (``optimizer_call_time``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def test_step_time_counts_the_pass_outside_forward_and_backward():
                               iterations=3, comm_repeats=0)
     assert OPTIMIZER_S <= profile.optimizer_time < OPTIMIZER_S + ZEROING_S
     assert profile.step_time >= profile.optimizer_time + ZEROING_S
+    # two units stepped in two calls against one: one call more, OPTIMIZER_S of sleep more
+    assert OPTIMIZER_S <= profile.optimizer_call_time < OPTIMIZER_S + 0.01
     # every rank's pass, its skew's unit, is the whole pass
     passes = profile.meta["compute_by_rank"][0]
     assert min(passes) >= sum(profile.fwd.values()) + sum(profile.bp.values()) + OPTIMIZER_S + ZEROING_S - 1e-3
@@ -53,11 +56,13 @@ def test_step_time_counts_the_pass_outside_forward_and_backward():
 
 def test_optimizer_time_is_saved_and_loaded(tmp_path):
     profile = Profile(units=["b", "a"], bp={"b": 1.0, "a": 2.0}, comm={"b": 0.5, "a": 0.5},
-                      step_time=0.3, optimizer_time=0.1)
+                      step_time=0.3, optimizer_time=0.1, optimizer_call_time=0.002)
     save_profile(profile, tmp_path / "p")
     back = load_profile(tmp_path / "p")
     assert (back.step_time, back.optimizer_time) == (pytest.approx(0.3), pytest.approx(0.1))
+    assert back.optimizer_call_time == pytest.approx(0.002)
     assert back.optimizer_seconds == pytest.approx(0.1)
     save_profile(Profile(units=["a"], bp={"a": 1.0}, comm={"a": 0.5}, step_time=0.3), tmp_path / "q")
     older = load_profile(tmp_path / "q")
     assert older.optimizer_time is None and older.optimizer_seconds == pytest.approx(0.3)  # all of step_time
+    assert older.optimizer_call_time is None

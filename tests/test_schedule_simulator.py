@@ -7,6 +7,8 @@ backward ends at 6.5.  Measured all-reduce c=4, b=1, a=2 (sum 7).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -244,8 +246,13 @@ def test_an_op_that_steps_moves_its_share_of_the_step_behind_its_wait():
     assert timed(True) == [pytest.approx((8.5, 2.5))] * 2
     # a collective that does not step: the whole 2 s step ran while the link carried it
     assert timed(False) == [pytest.approx((7.0, 1.0))] * 2
+    # the op's step a call of its own, 0.25 s more (Compute.step_call), after the same wait:
+    # 2.5 wait, 1.5 + 0.25 step, 2 s forward, 2 s backward, 0.5 s step
+    compute = replace(compute, step_call=0.25)
+    assert timed(True) == [pytest.approx((8.75, 2.5))] * 2
+    assert timed(False) == [pytest.approx((7.0, 1.0))] * 2  # an op that does not step makes no call
     with pytest.raises(ValueError, match="steps"):
-        SyncOp(0, 1, Payload.PARAM, When.UNIT_READY, When.BEFORE_FORWARD, steps=True)
+        SyncOp(0, 1, Payload.OUTER, When.UNIT_READY, When.BEFORE_FORWARD, steps=True)
     with pytest.raises(ValueError, match="step shares"):
         Compute(fwd=np.ones(2), bp=np.ones(2), step=2.0, share=np.ones(3))
 

@@ -11,9 +11,11 @@ for at the end of backward; per iteration t (phase h = t mod H, synced set S_h):
    snapshot the optimizer's hyperparameters, step every unit NOT in S_h at
    once (one optimizer call over their parameters) and zero their gradients;
    the units in S_h keep their gradients, their parameters are still on the wire;
-3. when u's average lands (its next forward pre-hook, the engine's
-   BEFORE_FORWARD completion, or ``flush``), apply u's deferred step with the
-   saved gradient and the snapshot hyperparameters, then zero its gradient.
+3. when an average lands (the next forward pre-hook of its input-side unit, the
+   engine's BEFORE_FORWARD completion, or ``flush``), apply its units' deferred
+   step with the saved gradients and the snapshot hyperparameters, in one
+   optimizer call (the op's ``SyncOp.steps``, which the simulator charges
+   there, after the wait), then zero their gradients.
 
 Numerics: for u in S_h the order is average -> local step, for the rest just
 the local step, exactly as plain dreamddp; only the moment changes.  With an
@@ -53,6 +55,7 @@ class DreamDDPOverlap(DreamDDP):
         self.rest = [sorted(everyone - set(g)) for g in self.inplace]  # merged-late units step at once
         self.rest_runs = [contiguous_runs(r) for r in self.rest]
         self.steppers = None
+        self.op_steppers: dict[tuple[int, ...], object] = {}  # an average's units -> their stepper
         self.deferred: set[int] = set()  # units whose step waits for their average
         self.landed: set[int] = set()  # averages completed before this iteration's step
         engine.flat.zero_grads()  # from here on the algorithm zeroes (warm-up passes left gradients)
@@ -69,9 +72,8 @@ class DreamDDPOverlap(DreamDDP):
         if grad_clip > 0:
             engine.stats.grad_norm = engine.flat.clip_grad_norm_(grad_clip)
         if self.steppers is None:
+            self.optimizer = optimizer
             self.steppers = [substep.SubsetStepper(optimizer, substep.unit_params(engine, r)) for r in self.rest]
-            synced = sorted({u for g in self.inplace for u in g})
-            self.unit_steppers = {u: substep.SubsetStepper(optimizer, substep.unit_params(engine, [u])) for u in synced}
         self.hyper = substep.snapshot(optimizer)
         substep.mark_stepped(optimizer)
         h = engine.t % self.H
@@ -79,23 +81,30 @@ class DreamDDPOverlap(DreamDDP):
         for a, b in self.rest_runs[h]:
             engine.flat.grad_slice(a, b).zero_()
         self.deferred = set(self.inplace[h])
-        for u in sorted(self.landed & self.deferred):  # rare: completed early (a flush mid-iteration)
-            self._step_unit(engine, u)
+        early = self.landed & self.deferred
+        if early:  # rare: completed early (a flush mid-iteration)
+            self._step_units(engine, sorted(early))
         self.landed.clear()
 
     def on_complete(self, engine, op) -> None:
         if is_late(op):
             return super().on_complete(engine, op)
-        for u in op.units:
-            if u in self.deferred:
-                self._step_unit(engine, u)
-            else:
-                self.landed.add(u)
+        due = [u for u in op.units if u in self.deferred]
+        self.landed.update(u for u in op.units if u not in self.deferred)
+        if due:
+            self._step_units(engine, due)
 
-    def _step_unit(self, engine, u: int) -> None:
-        self.unit_steppers[u].step(self.hyper)
-        engine.flat.grad_slice(u, u).zero_()
-        self.deferred.discard(u)
+    def _step_units(self, engine, units: list[int]) -> None:
+        """One optimizer call over ``units`` (a plan has few distinct averages: their steppers
+        are made once), then their gradients zeroed."""
+        key = tuple(units)
+        stepper = self.op_steppers.get(key)
+        if stepper is None:
+            stepper = self.op_steppers[key] = substep.SubsetStepper(self.optimizer, substep.unit_params(engine, units))
+        stepper.step(self.hyper)
+        for a, b in contiguous_runs(units):
+            engine.flat.grad_slice(a, b).zero_()
+        self.deferred.difference_update(units)
 
     def describe(self) -> dict:
         return {**super().describe(), "overlap_forward": True}

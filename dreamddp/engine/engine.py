@@ -114,6 +114,7 @@ class PartialSyncEngine:
         self.stats = IterationStats(t, sampled=bool(self.sample_every) and t % self.sample_every == 0)
         self._stamp_ready = self.stats.sampled
         self.stats.start = self.clock()
+        self._stepped_at_start = substep.stepped_seconds()
         if self._stamp_ready:
             self._ready.begin(self.stats.start)
         if not self.algorithm.owns_grad_zeroing:
@@ -123,6 +124,7 @@ class PartialSyncEngine:
 
     def end_backward(self) -> None:
         self.stats.backward_end = self.clock()
+        self.stats.forward_steps = substep.stepped_seconds() - self._stepped_at_start
         for i, op in enumerate(self.plan):
             if not self._launched[i] and op.launch is not When.AFTER_STEP:
                 # Ops whose units got no gradient (or skipped their forward) this step still sync.

@@ -77,10 +77,12 @@ class SyncOp:
     scale: float = 1.0
     # (k, n): only the k-th of n near-equal element ranges of the run (part_bounds); (0, 1): all of it
     part: tuple[int, int] = (0, 1)
-    # True: on completion the algorithm applies the optimizer step to the op's units (DeAR steps
-    # each group in its forward pre-hook, after its all-gather), so that share of the step runs
-    # there, behind the wait, and not at the iteration's step; the engine calls on_complete
-    # either way, the simulator charges the share where the op completes.
+    # True: on completion the algorithm applies the optimizer step to the op's units, in one
+    # optimizer call (DeAR steps each group in its forward pre-hook, after its all-gather, on the
+    # averaged gradient; DreamDDP with overlap_forward steps the units of an average that lands
+    # in forward with the local gradient it kept), so that share of the step runs there, behind
+    # the wait, and not at the iteration's step; the engine calls on_complete either way, the
+    # simulator charges the share, and the call's own cost, where the op completes.
     steps: bool = False
 
     def __post_init__(self) -> None:
@@ -99,8 +101,8 @@ class SyncOp:
             raise ValueError("SyncOp: a part of a run is a slice of the flat buffers: one run of gradients or parameters")
         if self.at is not None and self.launch is not When.BEFORE_FORWARD:
             raise ValueError("SyncOp: 'at' places a BEFORE_FORWARD launch only")
-        if self.steps and self.payload is not Payload.GRAD:
-            raise ValueError("SyncOp: 'steps' applies the optimizer step to averaged gradients (Payload.GRAD)")
+        if self.steps and self.payload is Payload.OUTER:
+            raise ValueError("SyncOp: 'steps' applies the optimizer step to the op's units (Payload.GRAD or PARAM)")
         lag = self.lag
         if lag is None:
             lag = 1 if self.complete is When.BEFORE_FORWARD and self.launch is not When.BEFORE_FORWARD else 0

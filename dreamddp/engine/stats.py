@@ -22,6 +22,10 @@ class IterationStats:
     launch_host: float = 0.0
     complete_host: float = 0.0
     completed: int = 0  # ops whose on_complete ran this iteration
+    # Seconds of optimizer steps an algorithm applied before the end of backward, where its ops
+    # completed (SyncOp.steps: DeAR's groups, overlap_forward's averages, in forward pre-hooks):
+    # part of the forward's measured time that is the step's, not the forward's.
+    forward_steps: float = 0.0
     grad_norm: float | None = None
     unit_ready: list[float] | None = None  # per-unit gradient-ready time since start (sampled)
     events: list[dict] = field(default_factory=list)  # per-collective launch/complete (sampled)

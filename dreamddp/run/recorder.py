@@ -73,7 +73,8 @@ class Recorder(NullRecorder):
     def save_profile(self, profile: Profile) -> None:
         save_profile(profile, os.path.join(self.run_dir, "profile"))
         self.set("profile", {"dir": "profile", "step_time": profile.step_time,
-                             "optimizer_time": profile.optimizer_time, **profile.meta})
+                             "optimizer_time": profile.optimizer_time,
+                             "optimizer_call_time": profile.optimizer_call_time, **profile.meta})
 
     def save_schedule(self, made: dict) -> None:
         save_schedule(os.path.join(self.run_dir, "schedule.json"), made["H"], made["schedule"],

@@ -210,6 +210,7 @@ class Run:
                 # the engine's host work on its ops, waits excluded (engine/stats.py)
                 "ops": len(stats.ops), "launch_host": stats.launch_host,
                 "completed": stats.completed, "complete_host": stats.complete_host,
+                "forward_steps": stats.forward_steps,
             }
             if stats.sampled:
                 row["timeline"] = {"unit_ready": stats.unit_ready, "collectives": stats.events}

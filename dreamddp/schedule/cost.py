@@ -70,7 +70,8 @@ def forward_slack(profile: Profile) -> np.ndarray:
     """Seconds from the end of backward to each unit's next forward pre-hook (backward order):
     the step, the forward of what is not a unit (it runs first), and the units before it in
     forward order (the input side first).  Where a unit's average is due with
-    ``algo.overlap_forward``."""
+    ``algo.overlap_forward``.  The whole step: an upper bound, since the units synced in the
+    iteration step after their averages land (SyncOp.steps), which the simulator charges."""
     fwd = np.array([profile.fwd.get(u, 0.0) for u in profile.units], dtype=float)
     rest = max(0.0, float(sum(profile.fwd.values())) - float(fwd.sum()))
     before = np.cumsum(fwd[::-1])[::-1] - fwd  # the units of higher index run first in forward

@@ -55,9 +55,11 @@ SEARCH_WINDOWS = 2  # windows each candidate is simulated over (the skew is samp
 
 def inplace_op(first: int, last: int, overlap_forward: bool) -> SyncOp:
     """A collective averaged in place from its last unit's gradient hook, landing by the end of
-    backward, or (overlap_forward) before its input-side unit's next forward."""
-    complete = When.BEFORE_FORWARD if overlap_forward else When.END_OF_BACKWARD
-    return SyncOp(first, last, Payload.PARAM, When.UNIT_READY, complete)
+    backward, or (overlap_forward) before its input-side unit's next forward, where its units'
+    deferred optimizer step follows it (dreamddp_overlap.py)."""
+    if overlap_forward:
+        return SyncOp(first, last, Payload.PARAM, When.UNIT_READY, When.BEFORE_FORWARD, steps=True)
+    return SyncOp(first, last, Payload.PARAM, When.UNIT_READY, When.END_OF_BACKWARD)
 
 
 def late_op(first: int, last: int, delay: int, part: tuple[int, int] = (0, 1)) -> SyncOp:

@@ -38,6 +38,9 @@ class Profile:
     # Of step_time, the optimizer step alone (None: all of it, as in profiles made before the
     # start-up profiler kept it); a plan may move it out of the iteration's step (SyncOp.steps)
     optimizer_time: float | None = None
+    # Seconds one more optimizer call costs beyond its parameters' share of the step (None: not
+    # measured): what each op with SyncOp.steps adds where it completes
+    optimizer_call_time: float | None = None
 
     @property
     def optimizer_seconds(self) -> float:
@@ -123,7 +126,10 @@ def load_profile(path_dir) -> Profile:
     optimizer = meta.pop("optimizer_time", None)  # absent: all of step_time (profiles made before it was kept)
     if optimizer is not None:
         optimizer = _finite(optimizer, f"{d / 'meta.json'}[optimizer_time]")
-    return Profile(list(reversed(bp)), bp, comm, fwd, nbytes, step_time, meta, optimizer)
+    call = meta.pop("optimizer_call_time", None)  # absent: profiles made before it was measured
+    if call is not None:
+        call = _finite(call, f"{d / 'meta.json'}[optimizer_call_time]")
+    return Profile(list(reversed(bp)), bp, comm, fwd, nbytes, step_time, meta, optimizer, call)
 
 
 def save_profile(profile: Profile, path_dir) -> None:
@@ -139,6 +145,8 @@ def save_profile(profile: Profile, path_dir) -> None:
     meta = {k: v for k, v in profile.meta.items() if k != "dropped_comm"}
     if profile.optimizer_time is not None:
         meta["optimizer_time"] = profile.optimizer_time
+    if profile.optimizer_call_time is not None:
+        meta["optimizer_call_time"] = profile.optimizer_call_time
     if meta or profile.step_time:
         write_json(d / "meta.json", {**meta, "step_time": profile.step_time})
 

@@ -13,7 +13,8 @@ units) and walks, per iteration, the points the engine walks:
     END_OF_BACKWARD: launches, then completions due (wait)
     the optimizer step (``step_time``), less the share of it that ops with
               ``steps`` apply where they complete (DeAR: in forward, after
-              each group's all-gather, where no link work hides it)
+              each group's all-gather; DreamDDP with overlap_forward: after
+              each average lands; where no link work hides it)
     AFTER_STEP: launches, then completions due (wait)
 
 Every launch and every completion also costs the worker its host work on the
@@ -79,6 +80,7 @@ class Compute:
     fwd_rest: float = 0.0  # forward of modules that are not units, at the start of forward
     optimizer: float = 0.0  # of ``step``, the optimizer step alone: what ops with ``steps`` move
     share: np.ndarray | None = None  # each unit's share of the optimizer step (its bytes' share)
+    step_call: float = 0.0  # what an op with ``steps`` adds as an optimizer call of its own
     # the engine's host seconds per op, waits excluded: launching it (books, copies) and its
     # on_complete (merges, copies; a group's step is ``optimizer``'s, not this)
     launch_host: float = 0.0
@@ -92,12 +94,17 @@ class Compute:
         self.share = share
         self._shares = np.concatenate([[0.0], np.cumsum(share)])  # prefix sums: a run's share in O(1)
 
-    def stepped(self, op: SyncOp) -> float:
-        """Seconds of the optimizer step an op with ``steps`` applies where it completes."""
+    def moved(self, op: SyncOp) -> float:
+        """Seconds of the iteration's optimizer step an op with ``steps`` applies elsewhere."""
         if not op.steps:
             return 0.0
         run = sum(self._shares[b + 1] - self._shares[a] for a, b in op.runs)
         return self.optimizer * run / op.part[1]
+
+    def stepped(self, op: SyncOp) -> float:
+        """Seconds an op with ``steps`` takes where it completes: its share of the step, in a
+        call of its own."""
+        return self.moved(op) + self.step_call if op.steps else 0.0
 
 
 @dataclass
@@ -322,7 +329,7 @@ class _Ranks:
         waited += self.wait((t, When.END_OF_BACKWARD))
         self.apply()
         # the step less what this plan's ops apply where they complete
-        self.clock = self.clock + (c.step - sum(c.stepped(op) for op in plan)) * factor
+        self.clock = self.clock + (c.step - sum(c.moved(op) for op in plan)) * factor
         for op in plan:
             if op.launch is When.AFTER_STEP:
                 self.launch_here(op, t)

@@ -28,6 +28,12 @@ Runs on every worker of the real job, on the real model, data and link:
   compute preset (2 workers, one per core) that work is 2.0 ms beside a
   4.2 ms optimizer step, 1.4% of a DreamDDP iteration at comm/backward 7, which a profile of the optimizer
   step alone left out of every in-run prediction;
+* what one more optimizer call costs, ``optimizer_call_time``: every unit
+  stepped in its own call against all of them in one, per extra call (an
+  algorithm that steps where its collectives complete, SyncOp.steps, makes one
+  call per op: on ResNet-18's compute preset DreamDDP with overlap_forward's
+  per-average steps took 3.0 ms of forward where their share of the one step
+  was 2.0 ms);
 * every rank's compute time (its whole pass) of each timed pass, in
   ``meta["compute_by_rank"]``: the spread between workers and passes that
   the simulator charges at every sync point (its skew).
@@ -55,6 +61,7 @@ import torch
 
 from dreamddp.clock import Stamps
 from dreamddp.comm.gather import gather_by_rank
+from dreamddp.engine import substep
 from dreamddp.schedule.profile import Profile
 
 
@@ -116,6 +123,7 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
                 bwd_unit[u.index].append(max(0.0, ready - prev))
                 prev = max(prev, ready)
             bwd_unit[-1][-1] += max(0.0, (t2 - stats.start) - prev)
+        call = _call_seconds(engine, optimizer, clock, repeats=max(3, iterations))
     finally:
         engine.sample_every = sample_every
         for h in hooks:
@@ -125,12 +133,12 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
     comm_t = _comm_times(engine, comm, comm_repeats)
     fwd = _shares(fwd_unit, statistics.median(fwd_tot))
     bwd = _shares(bwd_unit, statistics.median(bwd_tot))
-    medians = torch.tensor([statistics.median(steps), statistics.median(rests)], dtype=torch.float64)
+    medians = torch.tensor([statistics.median(steps), statistics.median(rests), call], dtype=torch.float64)
     vec = torch.cat([fwd, bwd, comm_t, medians])
     comm.all_reduce_mean(vec)  # all ranks agree on the typical worker
     n = len(units)
     fwd, bwd, comm_t = vec[:n].tolist(), vec[n : 2 * n].tolist(), vec[2 * n : 3 * n].tolist()
-    optimizer, rest = float(vec[-2]), float(vec[-1])
+    optimizer, rest, call = float(vec[-3]), float(vec[-2]), float(vec[-1])
     names = [u.name for u in units]
     passes = [f + b + r for f, b, r in zip(fwd_tot, bwd_tot, rests)]
     return Profile(
@@ -141,6 +149,7 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
         nbytes={u.name: u.nbytes for u in units},
         step_time=max(rest, optimizer),
         optimizer_time=optimizer,
+        optimizer_call_time=call,
         meta={"iterations": iterations, "warmup": warmup, "forward_total": sum(fwd), "backward_total": sum(bwd),
               "world": comm.world_size, "compute_by_rank": gather_by_rank(comm, passes), **(meta or {})},
     )
@@ -185,6 +194,30 @@ def _comm_times(engine, comm, repeats: int) -> torch.Tensor:
     comm.drain()
     engine.flat.zero_grads()
     return out
+
+
+def _call_seconds(engine, optimizer, clock, repeats: int) -> float:
+    """Seconds one more optimizer call costs beyond its parameters' work: every unit with
+    parameters stepped in its own call against all of them in one call (medians over
+    ``repeats``), over the extra calls.  Steps the parameters: the caller restores them."""
+    units = [u.index for u in engine.units if u.params]
+    if len(units) < 2:
+        return 0.0
+    whole = substep.SubsetStepper(optimizer, substep.unit_params(engine, units))
+    each = [substep.SubsetStepper(optimizer, substep.unit_params(engine, [u])) for u in units]
+    hyper = substep.snapshot(optimizer)
+    whole.step(hyper)  # the state (momentum buffers) exists before anything is timed
+    one, split = [], []
+    for _ in range(repeats):
+        t0 = clock()
+        whole.step(hyper)
+        t1 = clock()
+        for stepper in each:
+            stepper.step(hyper)
+        t2 = clock()
+        one.append(t1 - t0)
+        split.append(t2 - t1)
+    return max(0.0, (statistics.median(split) - statistics.median(one)) / (len(units) - 1))
 
 
 def _snapshot(engine, optimizer):
