@@ -24,6 +24,7 @@ from dreamddp.comm.cost import QUEUED, LinkModel, RealTransfer, ring_factor
 from dreamddp.engine.layout import UnitLayout
 from dreamddp.engine.plan import SyncOp
 from dreamddp.schedule.authors_model import modelled_times
+from dreamddp.schedule.cost import step_shares
 from dreamddp.schedule.profile import Profile
 from dreamddp.schedule.schedule_file import runs_as_names
 from dreamddp.schedule.simulator import Compute, SimResult, Skew, simulate_plan
@@ -61,11 +62,7 @@ def compute_of(profile: Profile) -> Compute:
     fwd = np.array([profile.fwd.get(u, 0.0) for u in profile.units], dtype=float)
     bp = np.array([profile.bp.get(u, 0.0) for u in profile.units], dtype=float)
     rest = max(0.0, float(sum(profile.fwd.values())) - float(fwd.sum()))
-    if profile.nbytes:
-        weight = np.array([profile.nbytes.get(u, 0) for u in profile.units], dtype=float)
-    else:
-        weight = np.array([profile.comm.get(u, 0.0) > 0 for u in profile.units], dtype=float)
-    share = weight / weight.sum() if weight.sum() > 0 else weight
+    share = step_shares(profile)
     return Compute(fwd=fwd, bp=bp, step=profile.step_time, fwd_rest=rest, optimizer=profile.optimizer_seconds,
                    share=share, step_call=profile.optimizer_call_time or 0.0)
 

@@ -57,7 +57,7 @@ from dreamddp.algorithms import ALGORITHMS
 from dreamddp.engine.plan import When
 from dreamddp.prediction import compute_of, record_carrier, record_link, simulate_record, skew_of
 from dreamddp.run.summary import warmup_cut
-from dreamddp.schedule.cost import arrays, forward_slack
+from dreamddp.schedule.cost import arrays, forward_slack, step_moved
 from dreamddp.schedule.delay import late_room
 from dreamddp.schedule.general import hiding_bound
 from dreamddp.schedule.optimal import optimal_cuts
@@ -345,13 +345,14 @@ def structure_bound(label: str, rec: dict, profile: Profile, any_assignment: boo
     ready = fwd + np.cumsum(bp)
     end = np.full(len(bp), fwd + float(bp.sum()))
     slack = forward_slack(profile) if algo.get("overlap_forward") else None  # until the unit's next forward
+    moved = step_moved(profile) if slack is not None else None  # the synced units' own steps come first
     if slack is not None:
-        end = end + slack
+        end = end + slack - moved  # a unit's own step at least (the run's before it: contiguous only)
     synced = comm > 0
     overrun = np.maximum(0.0, comm - (end - ready))  # in place, alone on the link (hiding_bound's terms)
     delay = int(algo.get("merge_delay") or 0)
     if not delay and algo.get("scheduler", "dreamddp") in CONTIGUOUS and not any_assignment:
-        return compute + optimal_cuts(bp, comm, H, slack)[0] / H
+        return compute + optimal_cuts(bp, comm, H, slack, moved)[0] / H
     if not delay:
         return compute + hiding_bound(ready[synced], comm[synced], end[synced]) / H
     # merged late: from after the step to the end of backward d iterations later, alone on the link,

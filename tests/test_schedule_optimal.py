@@ -175,3 +175,23 @@ def test_zero_slack_is_the_papers_model_bit_for_bit(inst):
     bp, comm = np.array(bp), np.array(comm)
     assert dfs_cuts(bp, comm, H, np.zeros(len(bp))) == dfs_cuts(bp, comm, H)
     assert optimal_cuts(bp, comm, H, np.zeros(len(bp))) == optimal_cuts(bp, comm, H)
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances, st.floats(0.0, 2.0))
+def test_overlapped_bubble_fill_never_slows_the_window_the_simulator_times(inst, step):
+    """With overlap_forward the extras' averages are due at their next forward and their own
+    steps leave the step for it (SyncOp.steps): the filled plan, timed by the simulator (an
+    independent walk of the engine's points), never takes longer than the plan it fills."""
+    from dreamddp.prediction import simulate
+
+    bp, comm, H = inst
+    units = [f"u{i}" for i in range(len(bp))]
+    p = Profile(units, dict(zip(units, bp)), dict(zip(units, comm)), {u: b / 2 for u, b in zip(units, bp)}, {},
+                step_time=step)
+    _, cuts = dfs_cuts(np.array(bp), np.array(comm), H)
+    plain = {units[i]: [g] for g in range(H) for i in range(cuts[g], cuts[g + 1])}
+    filled = bubble_fill(p, H, plain, overlap=True)
+    timed = lambda s: simulate("dreamddp", p, H=H, schedule=s, overlap_forward=True, iterations=2 * H).mean_iter  # noqa: E731
+    assert timed(filled) <= timed(plain) + 1e-9
+    assert all(set(plain[u]) <= set(filled[u]) for u in units)

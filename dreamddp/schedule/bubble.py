@@ -9,18 +9,28 @@ authors' ``fillin_more_layers``).  An iteration with nothing scheduled may be
 filled up to the end of backward.  Parameter-free units (comm == 0) are
 skipped: there is nothing of theirs to send.  Filled units sync more than once
 per window; the engine simply averages them again.
+
+With ``overlap`` (``algo.overlap_forward``) the iteration's worst lateness
+against each unit's next forward pre-hook (``cost.forward_slack``) must not
+grow instead: an extra also takes its own optimizer step out of the step to
+its pre-hook (``cost.step_moved``), which brings every member's deadline
+forward by that much, since the extras are output-side of every member.
 """
 
 from __future__ import annotations
 
-from dreamddp.schedule.cost import arrays, fifo_finish, groups
+import numpy as np
+
+from dreamddp.schedule.cost import arrays, deadlines, fifo_finish, forward_slack, groups, step_moved
 from dreamddp.schedule.profile import Profile
 
 _EPS = 1e-12  # tolerance on "the wait did not grow", against float round-off
 
 
-def bubble_fill(profile: Profile, H: int, schedule: dict[str, list[int]]) -> dict[str, list[int]]:
+def bubble_fill(profile: Profile, H: int, schedule: dict[str, list[int]], overlap: bool = False) -> dict[str, list[int]]:
     """A copy of ``schedule`` with extra syncs that never increase any iteration's wait."""
+    if overlap:
+        return _fill_overlapped(profile, H, schedule)
     bp, comm = arrays(profile)
     ready = bp.cumsum()
     end = float(ready[-1]) if len(ready) else 0.0
@@ -40,5 +50,40 @@ def bubble_fill(profile: Profile, H: int, schedule: dict[str, list[int]]) -> dic
             if max(t_trial + members_comm, own) > limit:
                 break
             t = t_trial
+            out.setdefault(profile.units[i], []).append(g)
+    return {u: sorted(set(its)) for u, its in out.items()}
+
+
+def _fill_overlapped(profile: Profile, H: int, schedule: dict[str, list[int]]) -> dict[str, list[int]]:
+    """``bubble_fill`` with each average due at its unit's next forward pre-hook, earlier by the
+    steps of the iteration's synced units up to it (module docstring)."""
+    bp, comm = arrays(profile)
+    ready = bp.cumsum()
+    due, moved = deadlines(bp, forward_slack(profile)), step_moved(profile)
+    out = {u: list(its) for u, its in schedule.items()}
+    for g, members in enumerate(groups(profile, H, schedule)):
+        first = members[0] if members else len(profile.units)
+        m = np.array(members, dtype=int)
+        own_due = due[m] - np.cumsum(moved[m])  # the members' own steps up to each
+        queued = np.cumsum(comm[m])
+        alone = np.maximum.accumulate(ready[m] - np.concatenate(([0.0], queued[:-1]))) + queued  # FIFO from 0
+
+        def members_late(free: float, shift: float) -> float:
+            """The members' worst lateness on a link free at ``free`` (each FIFO finish is the later
+            of its finish from an idle link and ``free`` plus the comm queued up to it), their
+            deadlines ``shift`` earlier (the extras' steps).  Every member, one with nothing to
+            send too: its collective still queues behind the extras."""
+            late = np.maximum(alone, free + queued) - (own_due - shift)
+            return float(max(0.0, late.max(initial=0.0)))
+
+        limit = members_late(0.0, 0.0) + _EPS
+        t, shift = 0.0, 0.0  # link free time after the extras chosen so far; their steps
+        for i in range(first):
+            if comm[i] <= 0.0:
+                continue
+            t_trial, shift_trial = max(t, ready[i]) + comm[i], shift + moved[i]
+            if t_trial - (due[i] - shift_trial) > limit or members_late(t_trial, shift_trial) > limit:
+                break
+            t, shift = t_trial, shift_trial
             out.setdefault(profile.units[i], []).append(g)
     return {u: sorted(set(its)) for u, its in out.items()}

@@ -10,6 +10,10 @@ an iteration depends only on the set of units it syncs.
 With ``algo.overlap_forward`` a unit's average is due at its next forward
 pre-hook instead (``forward_slack`` after the end of backward, the link still
 empty before the next backward), and the wait is the run's worst lateness.
+The synced units' own optimizer steps wait for their averages (SyncOp.steps):
+they leave the step and run at the units' pre-hooks, input side first, so a
+unit k of the run s..e-1 is due ``moved[s] + ... + moved[k]`` earlier than its
+slack says (``step_moved``: each unit's share of the optimizer step).
 
 For a contiguous run s..e-1 the FIFO finish has a closed form,
 ``finish = P[e] + max_{s<=k<e} (ready[k] - P[k])`` with ``P`` the prefix sum of
@@ -47,21 +51,24 @@ def exposed_wait(bp: np.ndarray, comm: np.ndarray, idx: Iterable[int]) -> float:
     return max(0.0, fifo_finish(ready, comm, idx) - end)
 
 
-def run_costs(bp: np.ndarray, comm: np.ndarray, slack: np.ndarray | None = None) -> np.ndarray:
+def run_costs(bp: np.ndarray, comm: np.ndarray, slack: np.ndarray | None = None,
+              moved: np.ndarray | None = None) -> np.ndarray:
     """``C[s, e]`` = exposed wait of an iteration syncing the run s..e-1 (e > s).  ``slack``: how
     long after the end of backward each unit's average is due (None: at the end; with
-    ``algo.overlap_forward``, ``forward_slack``).  A wait shifts every later deadline with it, so
-    the run waits its worst lateness, ``max_k finish_k - deadline_k`` over the units with
-    something to send."""
+    ``algo.overlap_forward``, ``forward_slack``); ``moved``: each unit's share of the step, which
+    the run's units take out of it to their pre-hooks (``step_moved``; None: none).  A wait
+    shifts every later deadline with it, so the run waits its worst lateness,
+    ``max_k finish_k - deadline_k`` over the units with something to send."""
     L = len(bp)
     ready, deadline = np.cumsum(bp), deadlines(bp, slack)
+    M = _prefix(moved, L)
     P = np.concatenate(([0.0], np.cumsum(comm)))
     lead = ready - P[:-1]
     sends = np.asarray(comm) > 0
     C = np.zeros((L + 1, L + 1))
     for s in range(L):
         finish = P[s + 1 :] + np.maximum.accumulate(lead[s:])
-        late = np.where(sends[s:], finish - deadline[s:], 0.0)
+        late = np.where(sends[s:], finish - (deadline[s:] - (M[s + 1 :] - M[s])), 0.0)
         C[s, s + 1 :] = np.maximum(0.0, np.maximum.accumulate(late))
     return C
 
@@ -70,12 +77,32 @@ def forward_slack(profile: Profile) -> np.ndarray:
     """Seconds from the end of backward to each unit's next forward pre-hook (backward order):
     the step, the forward of what is not a unit (it runs first), and the units before it in
     forward order (the input side first).  Where a unit's average is due with
-    ``algo.overlap_forward``.  The whole step: an upper bound, since the units synced in the
-    iteration step after their averages land (SyncOp.steps), which the simulator charges."""
+    ``algo.overlap_forward``, less what the synced units' own steps take (``step_moved``)."""
     fwd = np.array([profile.fwd.get(u, 0.0) for u in profile.units], dtype=float)
     rest = max(0.0, float(sum(profile.fwd.values())) - float(fwd.sum()))
     before = np.cumsum(fwd[::-1])[::-1] - fwd  # the units of higher index run first in forward
     return profile.step_time + rest + before
+
+
+def step_shares(profile: Profile) -> np.ndarray:
+    """Each unit's share of the optimizer step (backward order): its bytes' share (an element-wise
+    optimizer's work), else equal over the units that sync."""
+    if profile.nbytes:
+        weight = np.array([profile.nbytes.get(u, 0) for u in profile.units], dtype=float)
+    else:
+        weight = np.array([profile.comm.get(u, 0.0) > 0 for u in profile.units], dtype=float)
+    return weight / weight.sum() if weight.sum() > 0 else weight
+
+
+def step_moved(profile: Profile) -> np.ndarray:
+    """Seconds of the optimizer step each unit's own step takes (backward order): what a unit
+    synced with ``algo.overlap_forward`` moves from the step to its next forward pre-hook."""
+    return profile.optimizer_seconds * step_shares(profile)
+
+
+def _prefix(moved: np.ndarray | None, n: int) -> np.ndarray:
+    """``M[k]`` = moved[0] + ... + moved[k-1] (zeros for None)."""
+    return np.zeros(n + 1) if moved is None else np.concatenate(([0.0], np.cumsum(moved)))
 
 
 def deadlines(bp: np.ndarray, slack: np.ndarray | None) -> np.ndarray:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from dreamddp.engine.plan import Payload, Plan, SyncOp, When
-from dreamddp.schedule.cost import Run, arrays, forward_slack
+from dreamddp.schedule.cost import Run, arrays, forward_slack, step_moved
 from dreamddp.schedule.profile import Profile
 from dreamddp.schedule.schedule_file import late_part, late_run, resyncs
 from dreamddp.schedule.simulator import Compute, Skew, simulate_plan
@@ -107,11 +107,19 @@ def split_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, a
     ready = F + np.cumsum(bp)
     end = F + float(bp.sum())
     step = profile.step_time
-    # With overlap_forward an in-place run must land before its input-side unit's next forward.
-    slack = forward_slack(profile)
+    # With overlap_forward an in-place run must land before its input-side unit's next forward,
+    # which the steps of the iteration's synced units up to it delay (cost.step_moved).
+    slack, moved = forward_slack(profile), step_moved(profile)
+    upto = []  # per iteration, per unit: the steps of the iteration's synced units up to it
+    for its in runs:
+        synced = np.zeros(len(moved))
+        for r in its:
+            a, b = late_run(r)
+            synced[a : b + 1] = 1.0
+        upto.append(np.cumsum(moved * synced))
 
-    def deadline(run: Run) -> float:
-        return end + float(slack[run[1]]) if overlap_forward else end
+    def deadline(run: Run, h: int) -> float:
+        return end + float(slack[run[1]] - upto[h][run[1]]) if overlap_forward else end
 
     carry = 0.0  # link busy this long into the iteration (earlier iterations' late traffic)
     delayed: list[list[Run]] = [[] for _ in range(H)]
@@ -120,7 +128,7 @@ def split_delayed(profile: Profile, H: int, runs: list[list[Run]], delay: int, a
             link, late = carry, []
             for run in sorted(runs[h], key=lambda r: (ready[r[1]], r[1])):
                 finish = max(link, float(ready[run[1]])) + run_seconds(comm, run, alpha)
-                if finish <= deadline(run) + _EPS or resyncs(runs, h, run, delay):
+                if finish <= deadline(run, h) + _EPS or resyncs(runs, h, run, delay):
                     link = finish
                 else:
                     late.append(run)

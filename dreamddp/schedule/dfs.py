@@ -28,21 +28,24 @@ import sys
 
 import numpy as np
 
-from dreamddp.schedule.cost import arrays, deadlines, forward_slack, runs_to_schedule
+from dreamddp.schedule.cost import arrays, deadlines, forward_slack, runs_to_schedule, step_moved
 from dreamddp.schedule.profile import Profile
 
 
-def dfs_cuts(bp: np.ndarray, comm: np.ndarray, H: int, slack: np.ndarray | None = None) -> tuple[float, list[int]]:
+def dfs_cuts(bp: np.ndarray, comm: np.ndarray, H: int, slack: np.ndarray | None = None,
+             moved: np.ndarray | None = None) -> tuple[float, list[int]]:
     """(total wait, run boundaries [0, c1, ..., L]) found by the search.  ``slack``: how long
     after the end of backward each unit's average is due (``cost.forward_slack`` with
-    overlap_forward; None: at the end of backward, the paper's model); "hidden" then means
-    "arrived by its deadline", and a run waits its worst lateness."""
+    overlap_forward; None: at the end of backward, the paper's model), each unit of a run
+    s.. due ``moved[s] + ... + moved[k]`` earlier (``cost.step_moved``: the run's own steps);
+    "hidden" then means "arrived by its deadline", and a run waits its worst lateness."""
     if H < 1:
         raise ValueError(f"H must be >= 1, got {H}")
     L = len(bp)
     ready = np.cumsum(bp).tolist()
     comm_l = comm.tolist()
     due = deadlines(bp, slack).tolist()
+    M = [0.0, *np.cumsum(moved).tolist()] if moved is not None else [0.0] * (L + 1)
     memo: dict[tuple[int, int], tuple[float, int]] = {}  # (s, g) -> (cost, next start)
 
     def best(s: int, g: int) -> float:
@@ -57,7 +60,7 @@ def dfs_cuts(bp: np.ndarray, comm: np.ndarray, H: int, slack: np.ndarray | None 
             for i in range(s, L):
                 t = max(t, ready[i]) + comm_l[i]
                 if comm_l[i] > 0:
-                    late = max(late, t - due[i])
+                    late = max(late, t - (due[i] - (M[i + 1] - M[s])))
             memo[key] = (late, L)
             return late
         cap = max(L - (H - 1 - g), s + 1)  # leave one unit for every later iteration
@@ -67,8 +70,9 @@ def dfs_cuts(bp: np.ndarray, comm: np.ndarray, H: int, slack: np.ndarray | None 
                 result = (best(i, g + 1), i)
                 break
             t = max(t, ready[i]) + comm_l[i]
-            if comm_l[i] > 0 and t > due[i]:
-                take = t - due[i] + best(i + 1, g + 1)
+            due_i = due[i] - (M[i + 1] - M[s])
+            if comm_l[i] > 0 and t > due_i:
+                take = t - due_i + best(i + 1, g + 1)
                 if i == s:
                     result = (take, i + 1)
                 else:
@@ -95,4 +99,6 @@ def dreamddp(profile: Profile, H: int, overlap: bool = False) -> dict[str, list[
     """Schedule unit -> [iteration] found by the DFS (no bubble filling); ``overlap``: with
     each average due at its unit's next forward (``algo.overlap_forward``)."""
     bp, comm = arrays(profile)
-    return runs_to_schedule(profile.units, dfs_cuts(bp, comm, H, forward_slack(profile) if overlap else None)[1])
+    if not overlap:
+        return runs_to_schedule(profile.units, dfs_cuts(bp, comm, H)[1])
+    return runs_to_schedule(profile.units, dfs_cuts(bp, comm, H, forward_slack(profile), step_moved(profile))[1])

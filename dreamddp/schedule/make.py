@@ -9,11 +9,12 @@ each unit's all-reduce launched at its gradient, wait = drain - end of backward)
   bubble filling;
 - both, with ``overlap`` (``algo.overlap_forward``): the same search with each
   average due at its unit's next forward pre-hook instead of the end of
-  backward (``cost.forward_slack``), the wait the run's worst lateness: the
-  paper's model would plan for waits the run does not have (bubble filling
-  never lets a drain pass the end of backward or the members' own, so it
-  adds no wait under either model; the general scheduler plans with the
-  waits at the end of backward, overlap or not);
+  backward (``cost.forward_slack``, earlier by the steps of the run's units up
+  to it, ``cost.step_moved``), the wait the run's worst lateness: the paper's
+  model would plan for waits the run does not have (bubble filling keeps an
+  extra only where no member's lateness grows, under the same deadlines; the
+  general scheduler plans with the waits at the end of backward, overlap or
+  not);
 - ``general``: GENERAL assignments (any subset per iteration) and their
   grouping into collectives, under the alpha-beta model where every collective
   pays ``alpha`` (general.py); never worse than the contiguous optimum;
@@ -63,7 +64,7 @@ def make_plan(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: boo
         schedule = optimal(profile, H, overlap)
     else:
         raise ValueError(f"scheduler: unknown {scheduler!r} (expected one of {', '.join(SCHEDULERS)})")
-    return (bubble_fill(profile, H, schedule) if bubble else schedule), None
+    return (bubble_fill(profile, H, schedule, overlap) if bubble else schedule), None
 
 
 def make_schedule(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: bool = True,

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from dreamddp.schedule.cost import arrays, forward_slack, run_costs, runs_to_schedule
+from dreamddp.schedule.cost import arrays, forward_slack, run_costs, runs_to_schedule, step_moved
 from dreamddp.schedule.profile import Profile
 
 
-def optimal_cuts(bp: np.ndarray, comm: np.ndarray, H: int, slack: np.ndarray | None = None) -> tuple[float, list[int]]:
+def optimal_cuts(bp: np.ndarray, comm: np.ndarray, H: int, slack: np.ndarray | None = None,
+                 moved: np.ndarray | None = None) -> tuple[float, list[int]]:
     """(least total wait, run boundaries [0, c1, ..., L]) for H iterations; ``slack``: how long
-    after the end of backward each unit's average is due (``cost.run_costs``)."""
+    after the end of backward each unit's average is due, ``moved``: the steps the run's units
+    take out of the step (``cost.run_costs``)."""
     if H < 1:
         raise ValueError(f"H must be >= 1, got {H}")
     L = len(bp)
-    C = run_costs(bp, comm, slack)
+    C = run_costs(bp, comm, slack, moved)
     if L < H:
         cuts = list(range(L + 1)) + [L] * (H - L)
         return float(sum(C[i, i + 1] for i in range(L))), cuts
@@ -54,4 +56,6 @@ def optimal(profile: Profile, H: int, overlap: bool = False) -> dict[str, list[i
     """Schedule unit -> [iteration] with the least total exposed wait; ``overlap``: with each
     average due at its unit's next forward (``algo.overlap_forward``)."""
     bp, comm = arrays(profile)
-    return runs_to_schedule(profile.units, optimal_cuts(bp, comm, H, forward_slack(profile) if overlap else None)[1])
+    if not overlap:
+        return runs_to_schedule(profile.units, optimal_cuts(bp, comm, H)[1])
+    return runs_to_schedule(profile.units, optimal_cuts(bp, comm, H, forward_slack(profile), step_moved(profile))[1])
