@@ -57,7 +57,7 @@ from dreamddp.algorithms import ALGORITHMS
 from dreamddp.engine.plan import When
 from dreamddp.prediction import compute_of, record_carrier, record_link, simulate_record, skew_of
 from dreamddp.run.summary import warmup_cut
-from dreamddp.schedule.cost import arrays, forward_slack, step_moved
+from dreamddp.schedule.cost import arrays, overlap_terms
 from dreamddp.schedule.delay import late_room
 from dreamddp.schedule.general import hiding_bound
 from dreamddp.schedule.optimal import optimal_cuts
@@ -344,8 +344,8 @@ def structure_bound(label: str, rec: dict, profile: Profile, any_assignment: boo
     fwd = sum(profile.fwd.values())
     ready = fwd + np.cumsum(bp)
     end = np.full(len(bp), fwd + float(bp.sum()))
-    slack = forward_slack(profile) if algo.get("overlap_forward") else None  # until the unit's next forward
-    moved = step_moved(profile) if slack is not None else None  # the synced units' own steps come first
+    # until the unit's next forward, the synced units' own steps first
+    slack, moved = overlap_terms(profile, bool(algo.get("overlap_forward")))
     if slack is not None:
         end = end + slack - moved  # a unit's own step at least (the run's before it: contiguous only)
     synced = comm > 0

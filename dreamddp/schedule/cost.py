@@ -61,7 +61,7 @@ def run_costs(bp: np.ndarray, comm: np.ndarray, slack: np.ndarray | None = None,
     ``max_k finish_k - deadline_k`` over the units with something to send."""
     L = len(bp)
     ready, deadline = np.cumsum(bp), deadlines(bp, slack)
-    M = _prefix(moved, L)
+    M = moved_prefix(moved, L)
     P = np.concatenate(([0.0], np.cumsum(comm)))
     lead = ready - P[:-1]
     sends = np.asarray(comm) > 0
@@ -77,7 +77,8 @@ def forward_slack(profile: Profile) -> np.ndarray:
     """Seconds from the end of backward to each unit's next forward pre-hook (backward order):
     the step, the forward of what is not a unit (it runs first), and the units before it in
     forward order (the input side first).  Where a unit's average is due with
-    ``algo.overlap_forward``, less what the synced units' own steps take (``step_moved``)."""
+    ``algo.overlap_forward``, once the synced units' own steps up to it, which leave the step
+    for their pre-hooks and depend on the run, are taken off (``step_moved``)."""
     fwd = np.array([profile.fwd.get(u, 0.0) for u in profile.units], dtype=float)
     rest = max(0.0, float(sum(profile.fwd.values())) - float(fwd.sum()))
     before = np.cumsum(fwd[::-1])[::-1] - fwd  # the units of higher index run first in forward
@@ -100,9 +101,17 @@ def step_moved(profile: Profile) -> np.ndarray:
     return profile.optimizer_seconds * step_shares(profile)
 
 
-def _prefix(moved: np.ndarray | None, n: int) -> np.ndarray:
-    """``M[k]`` = moved[0] + ... + moved[k-1] (zeros for None)."""
+def moved_prefix(moved: np.ndarray | None, n: int) -> np.ndarray:
+    """``M[k]`` = moved[0] + ... + moved[k-1] (zeros for None): unit k of a run s.. is due
+    ``M[k + 1] - M[s]`` earlier."""
     return np.zeros(n + 1) if moved is None else np.concatenate(([0.0], np.cumsum(moved)))
+
+
+def overlap_terms(profile: Profile, overlap: bool) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(slack, moved)`` for ``run_costs`` and the searches on it: with ``overlap``
+    (``algo.overlap_forward``), ``forward_slack`` and ``step_moved``; without, every average due
+    at the end of backward and no step moved."""
+    return (forward_slack(profile), step_moved(profile)) if overlap else (None, None)
 
 
 def deadlines(bp: np.ndarray, slack: np.ndarray | None) -> np.ndarray:

@@ -28,7 +28,7 @@ import sys
 
 import numpy as np
 
-from dreamddp.schedule.cost import arrays, deadlines, forward_slack, runs_to_schedule, step_moved
+from dreamddp.schedule.cost import arrays, deadlines, moved_prefix, overlap_terms, runs_to_schedule
 from dreamddp.schedule.profile import Profile
 
 
@@ -45,7 +45,7 @@ def dfs_cuts(bp: np.ndarray, comm: np.ndarray, H: int, slack: np.ndarray | None 
     ready = np.cumsum(bp).tolist()
     comm_l = comm.tolist()
     due = deadlines(bp, slack).tolist()
-    M = [0.0, *np.cumsum(moved).tolist()] if moved is not None else [0.0] * (L + 1)
+    M = moved_prefix(moved, L).tolist()
     memo: dict[tuple[int, int], tuple[float, int]] = {}  # (s, g) -> (cost, next start)
 
     def best(s: int, g: int) -> float:
@@ -99,6 +99,4 @@ def dreamddp(profile: Profile, H: int, overlap: bool = False) -> dict[str, list[
     """Schedule unit -> [iteration] found by the DFS (no bubble filling); ``overlap``: with
     each average due at its unit's next forward (``algo.overlap_forward``)."""
     bp, comm = arrays(profile)
-    if not overlap:
-        return runs_to_schedule(profile.units, dfs_cuts(bp, comm, H)[1])
-    return runs_to_schedule(profile.units, dfs_cuts(bp, comm, H, forward_slack(profile), step_moved(profile))[1])
+    return runs_to_schedule(profile.units, dfs_cuts(bp, comm, H, *overlap_terms(profile, overlap))[1])

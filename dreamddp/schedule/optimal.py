@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dreamddp.schedule.cost import arrays, forward_slack, run_costs, runs_to_schedule, step_moved
+from dreamddp.schedule.cost import arrays, overlap_terms, run_costs, runs_to_schedule
 from dreamddp.schedule.profile import Profile
 
 
@@ -56,6 +56,4 @@ def optimal(profile: Profile, H: int, overlap: bool = False) -> dict[str, list[i
     """Schedule unit -> [iteration] with the least total exposed wait; ``overlap``: with each
     average due at its unit's next forward (``algo.overlap_forward``)."""
     bp, comm = arrays(profile)
-    if not overlap:
-        return runs_to_schedule(profile.units, optimal_cuts(bp, comm, H)[1])
-    return runs_to_schedule(profile.units, optimal_cuts(bp, comm, H, forward_slack(profile), step_moved(profile))[1])
+    return runs_to_schedule(profile.units, optimal_cuts(bp, comm, H, *overlap_terms(profile, overlap))[1])

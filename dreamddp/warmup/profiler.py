@@ -32,8 +32,8 @@ Runs on every worker of the real job, on the real model, data and link:
   stepped in its own call against all of them in one, per extra call (an
   algorithm that steps where its collectives complete, SyncOp.steps, makes one
   call per op: on ResNet-18's compute preset DreamDDP with overlap_forward's
-  per-average steps took 3.0 ms of forward where their share of the one step
-  was 2.0 ms);
+  per-average steps took 3.1-3.3 ms of forward where their share of the one
+  step and their calls come to 2.2 ms, results/bench_forward_steps);
 * every rank's compute time (its whole pass) of each timed pass, in
   ``meta["compute_by_rank"]``: the spread between workers and passes that
   the simulator charges at every sync point (its skew).
