@@ -100,9 +100,11 @@ def test_overlap_forward_plans_for_its_own_deadlines(bench_predict, H):
 
 def test_on_make_bench_gpt2_the_overlap_plan_gains_what_the_old_one_left(bench_predict):
     """On make bench's GPT-2 job (committed records, repetition 0) dreamddp+overlap ran the plan the
-    scheduler made for overlap_forward, which reaches its bound; DreamDDP's own plan (made for waits
-    at the end of backward, what dreamddp+overlap ran before the scheduler planned for overlap)
-    leaves over 1% to that bound on the same profile and link (1.3-1.8% over the repetitions)."""
+    scheduler made for overlap_forward, which comes within 0.5% of its bound (0.15-0.4% over the
+    repetitions: the run planned on its own start-up profile, the bound is taken on the job's
+    pooled steady one); DreamDDP's own plan (made for waits at the end of backward, what
+    dreamddp+overlap ran before the scheduler planned for overlap) leaves over 1% to that bound on
+    the same profile and link (2.9-3.1% over the repetitions of the 2026-11-29 run)."""
     import json
 
     from dreamddp.prediction import record_link, simulate_record
@@ -116,5 +118,5 @@ def test_on_make_bench_gpt2_the_overlap_plan_gains_what_the_old_one_left(bench_p
     ran = bench_predict.plan_bound(rec, prof)
     backward_plan = simulate_record(prof, rec["config"], world=2, link=record_link(rec),
                                     plan=segs["dreamddp"]["extra"]["algorithm"], iterations=10).mean_iter
-    assert ran == pytest.approx(bound, rel=1e-3)
+    assert bound - 1e-12 <= ran <= 1.005 * bound
     assert backward_plan > 1.01 * bound
