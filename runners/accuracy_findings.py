@@ -211,4 +211,25 @@ def in_run_line(rows: list[dict]) -> str:
             f"{statistics.median(r['in_run_wait_gap'] for r in mine):+.1%}."
             + (f" {older} of these runs profiled the optimizer step alone as the step, leaving out the engine's "
                "per-iteration work around it that every iteration pays (the profiler counts the whole pass outside "
-               "forward and backward since)." if older else ""))
+               "forward and backward since)." if older else "")
+            + _in_run_tail(mine, errors))
+
+
+TAIL = 0.08  # the 95th-percentile target: the runs the in-run tail is made of
+
+
+def _in_run_tail(rows: list[dict], errors: list[float]) -> str:
+    """What the in-run predictions' worst runs (off by more than TAIL) are off by, and how much
+    of it is the start-up profile's compute against the run's own."""
+    tail = [(r, e) for r, e in zip(rows, errors) if abs(e) > TAIL]
+    if not tail:
+        return ""
+    error = statistics.median(e for _, e in tail)
+    compute = statistics.median(r["in_run_compute_gap"] for r, _ in tail)
+    waits = statistics.median(r["in_run_wait_gap"] for r, _ in tail)
+    runs, are = ("1 run", "is") if len(tail) == 1 else (f"{len(tail)} runs", "are")
+    return (f" The {runs} off by more than {TAIL:.0%} {are} off by median {error:+.1%}, of which their "
+            f"start-up profile's compute gives {compute:+.1%} and the waits {waits:+.1%}"
+            + (": most of their error is the host's speed at start-up (a few passes) against its speed over the "
+               "run, which the predictions above take from the job's compute-only runs instead."
+               if abs(compute) >= abs(error) / 2 else "."))

@@ -117,3 +117,17 @@ def test_repetitions_go_round_the_ratios_and_rerun_unless_resumed(study, monkeyp
             study.main(["--reps", "2", "--ratios", "2", "4", "--chunk", "1", "--out", str(tmp_path), *resume])
         assert calls == [(2.0, [0], bool(resume)), (4.0, [0], bool(resume)),
                          (2.0, [1], bool(resume)), (4.0, [1], bool(resume))]
+
+
+def test_the_in_run_tail_is_split_into_the_start_up_compute_and_the_waits(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "runners"))
+    findings = importlib.import_module("accuracy_findings")
+    run = lambda algorithm, in_run, compute, wait: {  # noqa: E731
+        **row(algorithm, 0, 1.0, 1.0), "in_run_s": in_run, "in_run_compute_gap": compute, "in_run_wait_gap": wait,
+        "in_run_whole_step": True}
+    runs = [run("a", 0.98, -0.01, -0.01), run("b", 0.90, -0.09, -0.01), run("c", 0.86, -0.11, -0.03),
+            run("d", 1.03, 0.02, 0.01)]
+    line = findings.in_run_line(runs)
+    assert ("The 2 runs off by more than 8% are off by median -12.0%, of which their start-up profile's compute "
+            "gives -10.0% and the waits -2.0%") in line
+    assert "runs off by more than" not in findings.in_run_line(runs[:1] + runs[3:])  # no tail: nothing to split
