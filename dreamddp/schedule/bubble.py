@@ -10,18 +10,21 @@ filled up to the end of backward.  Parameter-free units (comm == 0) are
 skipped: there is nothing of theirs to send.  Filled units sync more than once
 per window; the engine simply averages them again.
 
-With ``overlap`` (``algo.overlap_forward``) the iteration's worst lateness
-against each unit's next forward pre-hook (``cost.forward_slack``) must not
-grow instead: an extra also takes its own optimizer step out of the step to
-its pre-hook (``cost.step_moved``), which brings every member's deadline
-forward by that much, since the extras are output-side of every member.
+The rule is that no member's lateness grows: each unit's average is due at
+the end of backward, or with ``overlap`` (``algo.overlap_forward``) at its
+unit's next forward pre-hook (``cost.forward_slack``), where an extra also
+takes its own optimizer step out of the step to its pre-hook
+(``cost.step_moved``), which brings every member's deadline forward by that
+much, since the extras are output-side of every member.  With every deadline
+at the end of backward this is the rule above: the drain does not pass the end
+of backward or the members' own drain.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dreamddp.schedule.cost import arrays, deadlines, fifo_finish, forward_slack, groups, step_moved
+from dreamddp.schedule.cost import arrays, deadlines, groups, overlap_terms
 from dreamddp.schedule.profile import Profile
 
 _EPS = 1e-12  # tolerance on "the wait did not grow", against float round-off
@@ -29,37 +32,11 @@ _EPS = 1e-12  # tolerance on "the wait did not grow", against float round-off
 
 def bubble_fill(profile: Profile, H: int, schedule: dict[str, list[int]], overlap: bool = False) -> dict[str, list[int]]:
     """A copy of ``schedule`` with extra syncs that never increase any iteration's wait."""
-    if overlap:
-        return _fill_overlapped(profile, H, schedule)
     bp, comm = arrays(profile)
     ready = bp.cumsum()
-    end = float(ready[-1]) if len(ready) else 0.0
-    out = {u: list(its) for u, its in schedule.items()}
-    for g, members in enumerate(groups(profile, H, schedule)):
-        first = members[0] if members else len(profile.units)
-        # Extras all precede the members on the FIFO link, and members started
-        # on a link free from t0 drain at max(t0 + their comm, their own finish).
-        own = fifo_finish(ready, comm, members)
-        members_comm = float(sum(comm[m] for m in members))
-        limit = max(end, own) + _EPS
-        t = 0.0  # link free time after the extras chosen so far
-        for i in range(first):
-            if comm[i] <= 0.0:
-                continue
-            t_trial = max(t, ready[i]) + comm[i]
-            if max(t_trial + members_comm, own) > limit:
-                break
-            t = t_trial
-            out.setdefault(profile.units[i], []).append(g)
-    return {u: sorted(set(its)) for u, its in out.items()}
-
-
-def _fill_overlapped(profile: Profile, H: int, schedule: dict[str, list[int]]) -> dict[str, list[int]]:
-    """``bubble_fill`` with each average due at its unit's next forward pre-hook, earlier by the
-    steps of the iteration's synced units up to it (module docstring)."""
-    bp, comm = arrays(profile)
-    ready = bp.cumsum()
-    due, moved = deadlines(bp, forward_slack(profile)), step_moved(profile)
+    slack, moved = overlap_terms(profile, overlap)
+    due = deadlines(bp, slack)
+    moved = np.zeros(len(bp)) if moved is None else moved
     out = {u: list(its) for u, its in schedule.items()}
     for g, members in enumerate(groups(profile, H, schedule)):
         first = members[0] if members else len(profile.units)
