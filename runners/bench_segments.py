@@ -50,6 +50,10 @@ def segments(bucket_mb: float) -> list[dict]:
             opt_in=True),
         # opt-in: the delayed merge with no late collective cut into parts (as before algo.late_parts)
         seg("dreamddp+delay+whole", ["algo=dreamddp", "algo.merge_delay=1", "algo.late_parts=1"], opt_in=True),
+        # opt-in: waits held (the core kept busy through the modelled transfer, not slept): whether the
+        # compute after a wait is slower for the core's idle spell
+        seg("dreamddp+hold", ["algo=dreamddp", "bandwidth.hold_core=true"], opt_in=True),
+        seg("flsgd+hold", ["algo=flsgd", "bandwidth.hold_core=true"], opt_in=True),
         seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
         seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
         # opt-in: DDP's like for like (buckets all-reduced as backward makes them), where S-SGD
