@@ -45,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-bubble", action="store_true", help="skip bubble filling")
     p.add_argument("--overlap-forward", action="store_true",
                    help="plan for algo.overlap_forward=true: each average due at its unit's next forward "
-                        "(dreamddp and optimal schedulers)")
+                        "(dreamddp and optimal search under it; general keeps the contiguous optimum "
+                        "where that waits less)")
     p.add_argument("--out", default="schedule.json", help="where to write the schedule")
     p.add_argument("--workers", type=int, help="world size for the modelled link (with --gbps)")
     p.add_argument("--gbps", type=float, help="link bandwidth in Gbit/s (with --workers)")

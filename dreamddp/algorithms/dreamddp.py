@@ -51,7 +51,8 @@ class DreamDDPConfig(AlgoConfig):
     # Do not wait for parameter averages at the end of backward; each in-flight unit's
     # update is applied when its average lands, at the latest in the unit's next forward
     # pre-hook (same numerics as plain dreamddp; our extension, dreamddp_overlap.py).  The
-    # contiguous schedulers then plan with each average due there (schedule/make.py).
+    # contiguous schedulers then plan with each average due there; general keeps its search's
+    # plan only where it waits no more than their optimum under those deadlines (schedule/make.py).
     overlap_forward: bool = False
     # 0: the paper's DreamDDP.  d >= 1: a collective the link cannot finish in place is
     # launched after the step on a copy of its parameters and merged at the end of

@@ -169,6 +169,28 @@ def runs_wait(bp: np.ndarray, comm: np.ndarray, runs: Iterable[Run], alpha: floa
     return max(0.0, runs_finish(ready, comm, runs, alpha) - end) if runs else 0.0
 
 
+def runs_lateness(bp: np.ndarray, comm: np.ndarray, runs: Iterable[Run], alpha: float = 0.0,
+                  slack: np.ndarray | None = None, moved: np.ndarray | None = None) -> float:
+    """Exposed wait of one iteration whose collectives are ``runs`` when each unit's average is
+    due ``slack`` after the end of backward, earlier by the moved steps of the iteration's synced
+    units up to it (``run_costs``' model, for any runs): the worst lateness over the units with
+    something to send, at least 0.  With ``slack`` and ``moved`` None, ``runs_wait`` for runs that
+    send something."""
+    ready = np.cumsum(bp)
+    runs = sorted(runs, key=lambda r: (ready[r[1]], r[1]))
+    synced = np.zeros(len(bp), dtype=bool)
+    for first, last in runs:
+        synced[first : last + 1] = True
+    due = deadlines(bp, slack) - (0.0 if moved is None else np.cumsum(np.where(synced, moved, 0.0)))
+    t, late = 0.0, 0.0
+    for first, last in runs:
+        t = max(t, float(ready[last])) + alpha + float(comm[first : last + 1].sum())
+        sends = comm[first : last + 1] > 0
+        if sends.any():
+            late = max(late, t - float(due[first : last + 1][sends].min()))
+    return late
+
+
 def per_unit_runs(units: Iterable[int]) -> list[Run]:
     """One collective per unit (each launched from its own gradient-ready hook)."""
     return [(u, u) for u in sorted(set(units))]

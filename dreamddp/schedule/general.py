@@ -51,7 +51,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-from dreamddp.schedule.cost import Run, arrays
+from dreamddp.schedule.cost import Run, arrays, overlap_terms, runs_lateness
 from dreamddp.schedule.general_search import NEG_INF, Plan, Search
 from dreamddp.schedule.optimal import best_splits, optimal_cuts
 from dreamddp.schedule.profile import Profile
@@ -212,8 +212,16 @@ def checked_arrays(bp, comm, H: int, alpha: float) -> tuple[np.ndarray, np.ndarr
 
 
 def general_plan(bp: np.ndarray, comm: np.ndarray, H: int, alpha: float = 0.0, kicks: int = 100,
-                 seed: int = 0) -> tuple[float, list[list[Run]]]:
-    """(total wait per window, per iteration its collectives as (first, last) unit indices)."""
+                 seed: int = 0, slack: np.ndarray | None = None,
+                 moved: np.ndarray | None = None) -> tuple[float, list[list[Run]]]:
+    """(total wait per window, per iteration its collectives as (first, last) unit indices).
+
+    ``slack``, ``moved`` (``cost.overlap_terms``; ``algo.overlap_forward``): each average is due
+    at its unit's next forward and the waits are the worst lateness (``cost.runs_lateness``).
+    The search prices waits at the end of backward only, so its plan and the best contiguous
+    plan under those deadlines (one collective per unit, as ``optimal``'s) each go through
+    ``late_descent`` and the one that waits less is kept: never worse than the contiguous
+    optimum under the deadlines the run has."""
     bp, comm = checked_arrays(bp, comm, H, alpha)
     ready = np.cumsum(bp)
     end = float(ready[-1]) if len(ready) else 0.0
@@ -236,12 +244,52 @@ def general_plan(bp: np.ndarray, comm: np.ndarray, H: int, alpha: float = 0.0, k
     if wait < best_wait:
         best_plan, best_wait = found, wait
     runs = [sorted((int(keep[f]), int(keep[l])) for f, l in jobs) for jobs in best_plan]
-    return best_wait, runs
+    if slack is None:
+        return best_wait, runs
+    _, cuts = optimal_cuts(bp, np.where(comm > 0, comm + alpha, 0.0), H, slack, moved)
+    contiguous = [[(k, k) for k in range(cuts[g], cuts[g + 1]) if comm[k] > 0] for g in range(H)]
+    found = [late_descent(bp, comm, plan, alpha, slack, moved) for plan in (runs, contiguous)]
+    return found[1] if found[1][0] < found[0][0] else found[0]
 
 
-def general(profile: Profile, H: int, alpha: float = 0.0) -> tuple[dict[str, list[int]], list[list[tuple[str, str]]]]:
+def late_descent(bp: np.ndarray, comm: np.ndarray, plan: list[list[Run]], alpha: float, slack: np.ndarray,
+                 moved: np.ndarray | None) -> tuple[float, list[list[Run]]]:
+    """Steepest relocations of whole collectives between iterations under the forward deadlines
+    (``cost.runs_lateness``), from ``plan``, until none waits less: (total wait, plan), never
+    above ``plan``'s.  A plan's own collectives stay as they are (no split or merge), so each
+    iteration's runs stay disjoint; a few sweeps of O(collectives x H) evaluations, once per
+    schedule."""
+    its = [sorted(runs) for runs in plan]
+    wait = lambda runs: runs_lateness(bp, comm, runs, alpha, slack, moved)  # noqa: E731
+    waits = [wait(runs) for runs in its]
+    tol = 1e-12 * (1.0 + sum(waits))
+    improved = True
+    while improved:
+        improved = False
+        for g in range(len(its)):
+            for job in list(its[g]):
+                if waits[g] <= tol:  # taking a job out never makes the rest later, adding one never earlier
+                    break
+                rest = [j for j in its[g] if j != job]
+                left = wait(rest)
+                if waits[g] - left <= tol:
+                    continue
+                joined = [wait(sorted([*runs, job])) if h != g else np.inf for h, runs in enumerate(its)]
+                gain = [waits[g] + waits[h] - left - joined[h] for h in range(len(its))]
+                h = int(np.argmax(gain))
+                if gain[h] > tol:
+                    its[g], its[h] = rest, sorted([*its[h], job])
+                    waits[g], waits[h] = left, joined[h]
+                    improved = True
+    return float(sum(waits)), its
+
+
+def general(profile: Profile, H: int, alpha: float = 0.0,
+            overlap: bool = False) -> tuple[dict[str, list[int]], list[list[tuple[str, str]]]]:
     """The general plan of ``profile`` as (unit -> sorted iterations, every unit listed, as
-    ``dfs.dreamddp`` returns; per iteration its collectives as (first, last) unit names).
+    ``dfs.dreamddp`` returns; per iteration its collectives as (first, last) unit names);
+    ``overlap``: the run overlaps the averages with the next forward (``algo.overlap_forward``),
+    and the plan kept is the one that waits less under those deadlines (``general_plan``).
 
     ``profile.comm`` holds each unit's bandwidth term here (alpha is charged per collective).
     A unit with comm == 0 owns nothing to sync and costs nothing where it goes
@@ -252,7 +300,8 @@ def general(profile: Profile, H: int, alpha: float = 0.0) -> tuple[dict[str, lis
     collectives cover its units (what the engine runs, schedule_file.assign_runs).
     """
     bp, comm = arrays(profile)
-    _, runs = general_plan(bp, comm, H, alpha)
+    slack, moved = overlap_terms(profile, overlap)
+    _, runs = general_plan(bp, comm, H, alpha, slack=slack, moved=moved)
     its: list[set[int]] = [set() for _ in profile.units]
     for g, collectives in enumerate(runs):
         for f, l in collectives:

@@ -12,12 +12,13 @@ each unit's all-reduce launched at its gradient, wait = drain - end of backward)
   backward (``cost.forward_slack``, earlier by the steps of the run's units up
   to it, ``cost.step_moved``), the wait the run's worst lateness: the paper's
   model would plan for waits the run does not have (bubble filling keeps an
-  extra only where no member's lateness grows, under the same deadlines; the
-  general scheduler plans with the waits at the end of backward, overlap or
-  not);
+  extra only where no member's lateness grows, under the same deadlines);
 - ``general``: GENERAL assignments (any subset per iteration) and their
   grouping into collectives, under the alpha-beta model where every collective
-  pays ``alpha`` (general.py); never worse than the contiguous optimum;
+  pays ``alpha`` (general.py); never worse than the contiguous optimum (with
+  ``overlap`` its search still prices waits at the end of backward, and the
+  contiguous optimum under the forward deadlines replaces its plan where that
+  waits less);
 - ``enp``: PLSGD-ENP's equal-count partition (the baseline, never filled).
 
 Profiles hold each unit's measured blocking all-reduce time, which includes
@@ -57,7 +58,7 @@ def make_plan(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: boo
     if scheduler == "general":
         # The bandwidth term of each unit with parameters (kept > 0 so it is still synced).
         bandwidth = {u: max(t - alpha, 1e-12) if t > 0 else 0.0 for u, t in profile.comm.items()}
-        return general(replace(profile, comm=bandwidth), H, alpha)
+        return general(replace(profile, comm=bandwidth), H, alpha, overlap)
     if scheduler == "dreamddp":
         schedule = dreamddp(profile, H, overlap)
     elif scheduler == "optimal":
