@@ -48,6 +48,9 @@ CONFIG = [
     (["algo=streaming_diloco", "algo.outer_lr=0"], "algo.outer_lr=0.0: must be > 0"),
     (["algo=streaming_diloco", "algo.outer_momentum=1.5"], "algo.outer_momentum=1.5: must be in [0, 1)"),
     (["algo=streaming_diloco", "algo.fragment_pattern=zigzag"], "algo.fragment_pattern=zigzag: unknown value"),
+    (["model=resnet18", "algo=streaming_diloco", "algo.H=10", "algo.fragments=8"],
+     "algo.fragments=8: must be between 1 and the model's 4 blocks"),
+    (["algo=streaming_diloco", "algo.alpha=1"], "algo.alpha=1.0: must be in [0, 1)"),
     (["bandwidth=1gbit", "bandwidth.latency_ms=-1"], "bandwidth.latency_ms=-1.0: must be >= 0"),
     (["bandwidth=1gbit", "bandwidth.calibration=0"], "bandwidth.calibration=0.0: must be > 0"),
     (["bandwidth=ratio7", "bandwidth.comm_ratio=0"], "bandwidth.comm_ratio=0.0: must be > 0"),
@@ -254,6 +257,17 @@ def test_resume_with_other_model_dimensions(tmp_path, compose_cfg):
     with pytest.raises(ConfigError) as info:
         validate(compose_cfg([*SYNTH, "model.n_layer=3", f"train.resume={ckpt}"]))
     _one_line(info.value, f"train.resume={ckpt}: saved with model.n_layer=None, this run has model.n_layer=3")
+
+
+@pytest.mark.parametrize("saved,override,start", [
+    ({"train.optimizer": "sgd"}, [], "saved with train.optimizer=sgd, this run has train.optimizer=adam"),
+    ({"algo.name": "flsgd", "algo.H": 4}, ["algo=flsgd", "algo.H=2"], "saved with algo.H=4, this run has algo.H=2"),
+])
+def test_resume_under_another_window_or_optimizer(tmp_path, compose_cfg, saved, override, start):
+    ckpt = _checkpoint(tmp_path, **saved)  # recorded since 2026-11-29; older checkpoints: not compared
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg([*SYNTH, *override, f"train.resume={ckpt}"]))
+    _one_line(info.value, f"train.resume={ckpt}: {start}")
 
 
 def test_resume_from_a_torn_meta_file(tmp_path, compose_cfg):

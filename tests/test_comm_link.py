@@ -200,6 +200,10 @@ def test_build_link():
     tc = build_link(bw("tc", 0.5))
     assert isinstance(tc, TcLink) and not tc.paced and tc.reserve("all_reduce", MB, 2, 1.0) == (1.0, 1.0)
     assert tc.describe() == {"backend": "tc", "paced": False, "alpha_ms": None, "gbps": 0.5, "latency_ms": 0.0}
+    uneven = build_link(bw("tc", 1.0, worker_gbps=[1, 1, 1, 0.25]))  # the slowest uplink gates a ring
+    twin = build_link(bw("emulated", 0.25))
+    assert uneven.model().seconds("all_reduce", MB, 4) == twin.model().seconds("all_reduce", MB, 4)
+    assert uneven.describe()["gbps"] == 1.0 and uneven.describe()["worker_gbps"] == [1, 1, 1, 0.25]
     assert build_link(bw("ideal")).model() is None  # the simulator then uses measured times
 
 

@@ -168,7 +168,7 @@ BAD = [
     (["warmup.profile_iterations=0"], "warmup.profile_iterations=0: must be >= 1"),
     (["algo=streaming_diloco", "algo.tau=10"], "algo.tau=10: must be between 0 and algo.H-1=9"),
     (["algo=streaming_diloco", "algo.fragments=11"], "algo.fragments=11: must be between 1 and algo.H=10"),
-    (["algo=streaming_diloco", "algo.alpha=1.5"], "algo.alpha=1.5: must be in [0, 1]"),
+    (["algo=streaming_diloco", "algo.alpha=1.5"], "algo.alpha=1.5: must be in [0, 1)"),
     (["algo=streaming_diloco", "algo.quantize=int8"], "algo.quantize=int8: unknown value"),
     (["algo=ddp", "bandwidth=1gbit"], "algo=ddp is not paced by the emulated link"),
     (["algo=ddp", "bandwidth=ratio7"], "algo=ddp is not paced by the emulated link"),

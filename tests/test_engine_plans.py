@@ -226,3 +226,31 @@ def test_a_wait_or_a_step_inside_an_algorithms_launch_is_not_host_work(monkeypat
     stats = run_iteration(model, engine, opt, 0)
     assert stats.wait >= 0.2 and stats.completed == 1
     assert stats.launch_host < 0.1 and stats.complete_host < 0.1
+
+
+def test_a_plan_built_fresh_each_iteration_is_indexed_as_itself():
+    """An algorithm may build a new plan tuple every iteration: a freed tuple's id, reused by the
+    next one, must not bring back the old plan's triggers (each gradient averaged at its own unit's
+    hook, after it exists)."""
+    from dreamddp.algorithms.base import AlgoConfig, Algorithm
+    from dreamddp.engine.plan import Payload, SyncOp, When
+
+    class Fresh(Algorithm):
+        name = "fresh"
+
+        def plan(self, t):
+            return (SyncOp(t % 4, t % 4, Payload.GRAD, When.UNIT_READY, When.END_OF_BACKWARD),)
+
+    model = small_model()
+    engine = PartialSyncEngine(model, enumerate_units(model), FakeCommunicator(world_size=2, peer_fn=peer_zeros),
+                               Fresh(AlgoConfig(name="fresh", H=1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    for t in range(12):
+        engine.begin_iteration(t)
+        loss_of(model, batch(0, t)).backward()
+        local = engine.flat.grads.clone()
+        engine.end_backward()
+        a, b = engine.flat.span(t % 4, t % 4)
+        assert torch.equal(engine.flat.grads[a:b], local[a:b] / 2), t  # the peer's zeros: exactly half
+        engine.step(opt)
+        engine.after_step()

@@ -174,6 +174,8 @@ def test_continuing_from_a_checkpoint_of_the_same_run_keeps_the_rows_before_it(t
         first.add_iteration({"iteration": i, "loss": 1.0})
     first.add_eval({"iteration": 3, "loss": 0.5})
     first.add_checkpoint({"iteration": 2, "step": 3, "dir": "checkpoints/step-0000003"})
+    first.set("link_calibration", {"gbps": 0.2})
+    first.set("profile", {"dir": "profile"})
     first.fail("rank 1: killed by SIGKILL")
     ckpt = tmp_path / "checkpoints" / "step-0000003"
     ckpt.mkdir(parents=True)
@@ -184,6 +186,7 @@ def test_continuing_from_a_checkpoint_of_the_same_run_keeps_the_rows_before_it(t
     assert data["start_time"] == first.data["start_time"] and data["status"] == "running"
     assert data["extra"]["restarts"][0]["previous_error"] == "rank 1: killed by SIGKILL"
     assert again.data["extra"]["checkpoints"][0]["step"] == 3
+    assert data["extra"]["link_calibration"] == {"gbps": 0.2} and data["extra"]["profile"] == {"dir": "profile"}
     other = RunRecord(str(tmp_path / "elsewhere"), OmegaConf.merge(cfg, {"train": {"resume": str(ckpt)}}))
     assert other.data["iterations"] == [] and "restarts" not in other.data["extra"]  # another run: fresh record
 

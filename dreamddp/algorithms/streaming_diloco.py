@@ -70,7 +70,7 @@ class StreamingDiLoCoConfig(AlgoConfig):
     fragment_pattern: str = "strided"
     # Steps between launching a fragment's outer all-reduce and merging it (0 = blocking).
     tau: int = 0
-    # Merge mix: theta_local <- alpha * theta_local + (1 - alpha) * theta_global.
+    # Merge mix: theta_local <- alpha * theta_local + (1 - alpha) * theta_global; in [0, 1) (1: never merged).
     alpha: float = 0.0
     # Outer SGD learning rate (the paper's 0.7).
     outer_lr: float = 0.7
@@ -103,11 +103,19 @@ class StreamingDiLoCo(Algorithm):
             raise ConfigError(f"algo.fragments={cfg.fragments}: must be between 1 and algo.H={cfg.H}")
         if not 0 <= cfg.tau < cfg.H:
             raise ConfigError(f"algo.tau={cfg.tau}: must be between 0 and algo.H-1={cfg.H - 1}")
-        between("algo.alpha", cfg.alpha, 0, 1)
+        between("algo.alpha", cfg.alpha, 0, 1, open_high=True)  # 1: the replicas would never merge
         positive("algo.outer_lr", cfg.outer_lr)
         between("algo.outer_momentum", cfg.outer_momentum, 0, 1, open_high=True)
         choice("algo.fragment_pattern", cfg.fragment_pattern, PATTERNS)
         check_codec(cfg.quantize, cfg.quant_block)
+
+    @classmethod
+    def check_model(cls, cfg, layout) -> None:
+        """The fragments must fit the model's blocks, before any worker starts."""
+        try:
+            fragments(list(layout()[0]), cfg.fragments, cfg.fragment_pattern)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     @classmethod
     def merges_late(cls, cfg) -> bool:

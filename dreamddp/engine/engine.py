@@ -54,6 +54,8 @@ from dreamddp.engine.plan import Payload, Plan, SyncOp, When, part_bounds
 from dreamddp.engine.stats import IterationStats
 from dreamddp.engine.units import Unit
 
+PLAN_CACHE = 256  # distinct plan tuples indexed at once (an algorithm's window has H of them)
+
 
 class PartialSyncEngine:
     def __init__(self, model: nn.Module, units: list[Unit], comm, algorithm, *, sample_every: int = 0,
@@ -72,7 +74,10 @@ class PartialSyncEngine:
         self.sample_every = sample_every  # record per-unit timelines every k iterations (0: never)
         self.t = -1
         self.stats = IterationStats(-1)
-        self._plan_index: dict[int, tuple] = {}  # id(plan) -> (triggers, remaining template, forward launches)
+        # id(plan) -> (plan, triggers, remaining template, forward launches): a plan tuple is indexed
+        # once; the entry holds the plan, so its id is not reused while cached (an algorithm that
+        # builds a fresh tuple each iteration gets a fresh index, the cache cleared at PLAN_CACHE)
+        self._plan_index: dict[int, tuple] = {}
         self._missing_template = [len(u.params) for u in units]
         self._ready = Stamps(len(units), self.flat.params.device)  # per-unit gradient readiness (sampled)
         # In flight, by where they complete: (iteration, When) -> [(op, handle)], and
@@ -104,10 +109,12 @@ class PartialSyncEngine:
     def begin_iteration(self, t: int) -> None:
         self.t = t
         self.plan: Plan = self.algorithm.plan(t)
-        key = id(self.plan)
-        if key not in self._plan_index:
-            self._plan_index[key] = self._index(self.plan)
-        self._triggers, template, self._forward_launch = self._plan_index[key]
+        entry = self._plan_index.get(id(self.plan))
+        if entry is None or entry[0] is not self.plan:
+            if len(self._plan_index) >= PLAN_CACHE:
+                self._plan_index.clear()
+            entry = self._plan_index[id(self.plan)] = (self.plan, *self._index(self.plan))
+        _, self._triggers, template, self._forward_launch = entry
         self._remaining = list(template)
         self._launched = [False] * len(self.plan)
         self._missing = list(self._missing_template)

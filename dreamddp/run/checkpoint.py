@@ -49,8 +49,12 @@ _PREFIX = "step-"
 
 # The settings a checkpoint's state depends on: resuming under another value would
 # silently train something else (another data order, another shard, other tensors).
+# The algorithm's window and fragments and the optimizer shape the saved state too (offsets,
+# anchors, schedules, optimizer buffers); checkpoints made before 2026-11-29 do not record them,
+# so they are compared only where recorded.
+_STATE_KEYS = ("algo.H", "algo.fragments", "train.optimizer")
 _CONFIG_KEYS = ("model.name", "model.size", *(f"model.{k}" for k in DIMENSIONS), "algo.name", "data.name", "seed",
-                "train.batch_size")
+                "train.batch_size", *_STATE_KEYS)
 MUST_MATCH = (*_CONFIG_KEYS, "world_size")
 
 
@@ -119,6 +123,8 @@ def check_resume(cfg, world_size: int) -> tuple[Path, int]:
         raise CheckpointError(f"train.resume={resume}: {ckpt / META} is unreadable ({type(exc).__name__})") from None
     ours = describe_run(cfg, world_size)
     for key in MUST_MATCH:
+        if key in _STATE_KEYS and key not in saved:
+            continue
         if saved.get(key) != ours[key]:
             raise CheckpointError(
                 f"train.resume={resume}: saved with {key}={saved.get(key)}, this run has {key}={ours[key]}"

@@ -36,6 +36,9 @@ RECORD_NAME = "run.json"
 RECORD_INDENT = None
 SCHEMA_VERSION = 1
 STATUSES = ("running", "completed", "failed", "preempted")
+# What the warm-up passes measured (the link's calibration, the start-up profile): a run resumed
+# in its own directory keeps them in its record, since it reuses what they decided (checkpoint.SetUp)
+WARMUP_FACTS = ("link_calibration", "profile")
 
 
 def _git_sha(cwd: Path) -> str | None:
@@ -152,6 +155,9 @@ class RunRecord:
                          iterations=before(previous.get("iterations", [])), evals=before(previous.get("evals", [])),
                          divergence=before(previous.get("divergence", [])))
         self.data["extra"]["checkpoints"] = [c for c in old_extra.get("checkpoints", []) if c.get("step", 0) <= step]
+        for key in WARMUP_FACTS:  # measured once at the run's start; a resume reuses, never re-measures, them
+            if key in old_extra:
+                self.data["extra"][key] = old_extra[key]
         self.data["extra"]["restarts"] = [*old_extra.get("restarts", []), {
             "step": step, "time": time.time(), "previous_status": previous.get("status"),
             "previous_error": previous.get("error")}]

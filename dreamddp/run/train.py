@@ -151,12 +151,17 @@ class Run:
             setup = saved["algorithm"]
             rec.set("resumed_from", {"checkpoint": str(ckpt), "step": self.start})
         else:
-            # Measured on the live job with no traffic of the algorithm's own; training state restored after.
+            # Measured on the live job with no traffic of the algorithm's own; training state restored
+            # after, and training starts on the batches and random draws it would have had without it
+            # (so every algorithm of one seed sees one data order, however many passes it warms up).
+            untouched = self.data.train.state_dict(), checkpoint.RNGState().state_dict()
             next_loss = lambda: compute_loss(self.task, self.model, self.to_dev(next(self.data.train)))  # noqa: E731
             self.warmup = Warmup(cfg, self.engine, self.comm, self.optimizer, next_loss, rec)
             if self.link.needs_calibration:
                 rec.set("link_calibration", self.link.calibrate(self.warmup))
             setup = self.algo_cls.prepare(cfg.algo, self.warmup)
+            self.data.train.load_state_dict(untouched[0])
+            checkpoint.RNGState().load_state_dict(untouched[1])
         self.algorithm = self.algo_cls.build(cfg.algo, setup)
         self.engine.set_algorithm(self.algorithm)
         self.checkpointed = {  # what a checkpoint holds, by name; each object saves and loads itself
@@ -221,6 +226,7 @@ class Run:
             last = t + 1 == tc.iterations
             stop = not last and preempt.requested()  # a checkpoint-and-stop request, agreed by all ranks
             if tc.divergence_every and ((t + 1) % tc.divergence_every == 0 or last):
+                engine.flush()  # averages still in flight (overlap_forward's) land first, as for evaluation
                 div = engine.divergence()  # None where the engine keeps no flat buffers (DDP, plain)
                 if div is not None:
                     rec.divergence(t, div)

@@ -1,5 +1,6 @@
 """Warm-up passes: measurements on the live job before training, which then starts as if
-they had not happened (parameters, optimizer state and buffers restored).
+they had not happened (parameters, optimizer state and buffers restored here; the data
+position and the random state by the trainer, dreamddp.run.train).
 
 The set-up layer sits above the engine and the algorithms: it drives the
 engine with the ``nosync`` algorithm (no traffic of its own) while link types

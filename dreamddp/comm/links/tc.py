@@ -28,8 +28,10 @@ LAUNCHED_ENV = "DREAMDDP_LAUNCHED"  # set in workers that dreamddp-run started
 class TcLink(Link):
     name = "tc"
 
-    def __init__(self, gbps: float, calibration: float = 1.0):
+    def __init__(self, gbps: float, calibration: float = 1.0, worker_gbps=None):
         self.gbps, self.calibration = float(gbps), float(calibration)
+        # Per-worker uplinks: a ring all-reduce goes at the slowest one's pace, so the model does too
+        self.worker_gbps = [float(g) for g in worker_gbps] if worker_gbps else None
 
     @classmethod
     def check(cls, bandwidth, cluster) -> None:
@@ -73,13 +75,15 @@ class TcLink(Link):
 
     @classmethod
     def from_config(cls, bandwidth) -> "TcLink":
-        return cls(bandwidth.gbps, bandwidth.calibration)
+        return cls(bandwidth.gbps, bandwidth.calibration, getattr(bandwidth, "worker_gbps", None))
 
     def describe(self) -> dict:
-        return {**super().describe(), "gbps": self.gbps, "latency_ms": 0.0}
+        uplinks = {"worker_gbps": self.worker_gbps} if self.worker_gbps else {}
+        return {**super().describe(), "gbps": self.gbps, "latency_ms": 0.0, **uplinks}
 
     def model(self) -> LinkModel:
-        return LinkModel(self.gbps, 0.0, self.calibration, self.alpha_s or 0.0)
+        gbps = min(self.worker_gbps) if self.worker_gbps else self.gbps
+        return LinkModel(gbps, 0.0, self.calibration, self.alpha_s or 0.0)
 
     @staticmethod
     def launch_workers(cfg, command: list[str], env: dict) -> int:
