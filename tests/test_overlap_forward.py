@@ -184,3 +184,19 @@ def test_a_landed_average_steps_its_units_in_one_optimizer_call_timed_as_forward
                               build("dreamddp", SCHED, H=2))
     opt, _ = make_opt("sgd", model)
     assert [engine_step(plain, model, opt, t).forward_steps for t in range(2)] == [0.0, 0.0]
+
+
+def test_sampled_events_of_averages_landing_in_the_next_forward_get_their_completion():
+    """The averages in flight at the step complete in the next forward, after their iteration's
+    stats were handed out: their sampled events are filled in place when they land (the row that
+    holds them is the one the record keeps), never left without a completion."""
+    model = small_model()
+    engine = PartialSyncEngine(model, enumerate_units(model), FakeCommunicator(world_size=2, peer_fn=peer_zeros),
+                               build("dreamddp", SCHED, H=2, overlap_forward=True), sample_every=1)
+    opt, sched = make_opt("sgd", model)
+    stats = [engine_step(engine, model, opt, t, 0, sched) for t in range(4)]
+    after_its_iteration = [e for s in stats[:-1] for e in s.events if e["complete"] > s.end - s.start]
+    engine.close()
+    events = [e for s in stats for e in s.events]
+    assert events and all(e["complete"] is not None and e["complete"] >= e["launch"] for e in events)
+    assert after_its_iteration  # some did land in the next iteration's forward

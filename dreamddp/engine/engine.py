@@ -51,7 +51,7 @@ from dreamddp.engine.divergence import divergence
 from dreamddp.engine.flat import FlatModel
 from dreamddp.engine.layout import UnitLayout
 from dreamddp.engine.plan import Payload, Plan, SyncOp, When, part_bounds
-from dreamddp.engine.stats import IterationStats
+from dreamddp.engine.stats import IterationStats, land
 from dreamddp.engine.units import Unit
 
 PLAN_CACHE = 256  # distinct plan tuples indexed at once (an algorithm's window has H of them)
@@ -90,6 +90,7 @@ class PartialSyncEngine:
             for p in u.params
         ]
         self._forward_hooked = False
+        self._landing: list[tuple[dict, object, float]] = []  # sampled events still in flight
         self.set_algorithm(algorithm)
 
     def set_algorithm(self, algorithm) -> None:
@@ -159,7 +160,10 @@ class PartialSyncEngine:
         self._wait(When.AFTER_STEP)
         self.comm.end_iteration()
         for rec in self.comm.drain():
-            self.stats.add_record(rec)
+            event = self.stats.add_record(rec)
+            if event is not None and event["complete"] is None:
+                self._landing.append((event, rec, self.stats.start))
+        self._land_events()
         self.stats.end = self.clock()
         if self.stats.sampled:
             self.stats.unit_ready = self._ready.read()  # after the synchronising end stamp
@@ -177,8 +181,14 @@ class PartialSyncEngine:
                     self.stats.wait += handle.wait()  # landed; on_complete at its iteration
         self.algorithm.flush(self)
 
+    def _land_events(self) -> None:
+        """Sampled events of collectives that completed after their iteration's record was
+        handed out (late merges, forward completions): filled in place, in the row that holds them."""
+        self._landing = [entry for entry in self._landing if not land(*entry)]
+
     def close(self) -> None:
         self.flush()
+        self._land_events()
         for h in self._hooks:
             h.remove()
         self._hooks.clear()

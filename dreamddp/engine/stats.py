@@ -31,19 +31,24 @@ class IterationStats:
     events: list[dict] = field(default_factory=list)  # per-collective launch/complete (sampled)
     ops: list = field(default_factory=list)  # the plan's ops launched this iteration (SyncOp)
 
-    def add_record(self, rec) -> None:
+    def add_record(self, rec) -> dict | None:
+        """Count a collective launched this iteration; sampled, its event (None: not sampled)."""
         self.bytes += rec.nbytes
         self.wire_bytes += rec.wire_bytes
         self.collectives += 1
-        if self.sampled:
-            self.events.append(
-                {
-                    "tag": rec.tag,
-                    "kind": rec.kind,
-                    "bytes": rec.nbytes,
-                    "launch": rec.launch - self.start,
-                    "deadline": rec.deadline - self.start,
-                    "complete": None if rec.complete is None else rec.complete - self.start,
-                    "blocked": rec.blocked,
-                }
-            )
+        if not self.sampled:
+            return None
+        event = {"tag": rec.tag, "kind": rec.kind, "bytes": rec.nbytes, "launch": rec.launch - self.start,
+                 "deadline": rec.deadline - self.start, "complete": None, "blocked": 0.0}
+        self.events.append(event)
+        land(event, rec, self.start)
+        return event
+
+
+def land(event: dict, rec, start: float) -> bool:
+    """Fill a sampled event's completion once its collective has completed (relative to its own
+    iteration's start); False while it is still in flight."""
+    if rec.complete is None:
+        return False
+    event["complete"], event["blocked"] = rec.complete - start, rec.blocked
+    return True
