@@ -7,9 +7,10 @@ one fault; unset (always, outside tests) nothing is armed and nothing runs::
     DREAMDDP_FAULT="rank=1,iteration=4,kind=raise"
 
 - ``rank``: the worker that fails (default 0);
-- where: ``iteration=N`` (the forward pass of training iteration N) or ``forward=N``
+- where: ``iteration=N`` (the forward pass of training iteration N), ``forward=N``
   (the N-th forward pass after the model is built, counted from 1: the start-up
-  warm-up passes first, e.g. DreamDDP's profiling);
+  warm-up passes first, e.g. DreamDDP's profiling) or ``finish=1`` (after the training
+  loop and its last checkpoint, before the run's summary);
 - ``kind``: ``raise`` (RuntimeError), ``kill`` (SIGKILL itself: nothing is written)
   or ``stop`` (SIGSTOP itself: its peers hang in their next collective);
 - ``attempt``: the torchrun restart it fires in (default 0), so a restarted worker runs clean.
@@ -37,6 +38,7 @@ class Fault:
     kind: str
     iteration: Optional[int] = None
     forward: Optional[int] = None
+    finish: bool = False
     attempt: int = 0
 
     def fire(self, where: str) -> None:
@@ -54,20 +56,21 @@ def parse(text: str) -> Fault:
     fields = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
-        if not sep or key not in ("rank", "kind", "iteration", "forward", "attempt"):
-            raise ValueError(f"{ENV}={text!r}: bad item {item!r} (rank=, kind=, iteration= or forward=, attempt=)")
+        if not sep or key not in ("rank", "kind", "iteration", "forward", "finish", "attempt"):
+            raise ValueError(f"{ENV}={text!r}: bad item {item!r} (rank=, kind=, iteration=, forward= or finish=, "
+                             "attempt=)")
         fields[key] = value
     try:
         fault = Fault(rank=int(fields.get("rank", 0)), kind=fields.get("kind", "raise"),
                       iteration=int(fields["iteration"]) if "iteration" in fields else None,
                       forward=int(fields["forward"]) if "forward" in fields else None,
-                      attempt=int(fields.get("attempt", 0)))
+                      finish=bool(int(fields.get("finish", 0))), attempt=int(fields.get("attempt", 0)))
     except ValueError:
-        raise ValueError(f"{ENV}={text!r}: rank, iteration, forward and attempt are integers") from None
+        raise ValueError(f"{ENV}={text!r}: rank, iteration, forward, finish and attempt are integers") from None
     if fault.kind not in KINDS:
         raise ValueError(f"{ENV}={text!r}: kind must be one of {', '.join(KINDS)}")
-    if (fault.iteration is None) == (fault.forward is None):
-        raise ValueError(f"{ENV}={text!r}: give exactly one of iteration= and forward=")
+    if (fault.iteration is not None) + (fault.forward is not None) + fault.finish != 1:
+        raise ValueError(f"{ENV}={text!r}: give exactly one of iteration=, forward= and finish=1")
     return fault
 
 
@@ -96,6 +99,13 @@ def arm_iteration(model, rank: int, start: int) -> None:
     fault = planned(rank)
     if fault is not None and fault.iteration is not None and fault.iteration >= start:
         _arm(model, fault, first=start, target=fault.iteration, what="iteration", training_only=True)
+
+
+def at_finish(rank: int) -> None:
+    """``finish=1``: fire now (call after the training loop, before the run's summary)."""
+    fault = planned(rank)
+    if fault is not None and fault.finish:
+        fault.fire("finish")
 
 
 def _arm(model, fault: Fault, first: int, target: int, what: str, training_only: bool = False) -> None:

@@ -151,6 +151,23 @@ def test_restarted_workers_resume_and_end_bitwise_where_an_uninterrupted_run_doe
     _nothing_left(tmp_path / "b", job.proc.pid)
 
 
+def test_a_worker_lost_after_the_last_checkpoint_is_restarted_to_finish_the_run(tmp_path):
+    """Killed after the final checkpoint (in the run's summary), the restarted workers find a
+    checkpoint at train.iterations: nothing is left to train, and they finish the run from it
+    instead of failing every restart on "nothing left"."""
+    args = [*SMALL, "algo=flsgd", "algo.H=2", "train.iterations=6", "train.checkpoint_every=3",
+            "cluster.max_restarts=1"]
+    job = Job(tmp_path / "b", args, {faults.ENV: "rank=1,finish=1,kind=kill"})
+    assert job.wait() == 0, job.output
+    assert job.fired is not None
+    record = job.record()
+    assert record["status"] == "completed", record["error"]
+    assert [r["iteration"] for r in record["iterations"]] == list(range(6))
+    (restart,) = record["extra"]["restarts"]
+    assert restart["step"] == 6 and record["extra"]["resumed_from"]["step"] == 6
+    _nothing_left(tmp_path / "b", job.proc.pid)
+
+
 # --- preemption: SIGUSR1 -> checkpoint, stop, exit 75 --------------------------------
 def test_sigusr1_checkpoints_and_stops(tmp_path):
     run_dir = tmp_path / "run"
@@ -211,7 +228,8 @@ def test_classify_and_one_line():
 
 @pytest.mark.parametrize("text,match", [
     ("rank=1,iteration=3,kind=boom", "kind must be one of raise, kill, stop"),
-    ("rank=1,kind=raise", "give exactly one of iteration= and forward="),
+    ("rank=1,kind=raise", "give exactly one of iteration=, forward= and finish=1"),
+    ("rank=1,iteration=3,finish=1", "give exactly one of iteration=, forward= and finish=1"),
     ("rank=x,iteration=3", "are integers"),
     ("rank=1,when=3", "bad item 'when=3'"),
 ])

@@ -111,9 +111,10 @@ def describe_run(cfg, world_size: int) -> dict:
     return {**plain, "world_size": world_size}
 
 
-def check_resume(cfg, world_size: int) -> tuple[Path, int]:
+def check_resume(cfg, world_size: int, finished: bool = False) -> tuple[Path, int]:
     """The checkpoint cfg.train.resume names and its step, refused with one line if this
-    run cannot continue it."""
+    run cannot continue it.  ``finished``: a checkpoint at train.iterations is taken too (a
+    restarted worker of a run that failed after its last checkpoint only finishes it)."""
     resume = cfg.train.resume
     ckpt = find(resume)
     try:  # torn or hand-edited: refused like any other unusable checkpoint
@@ -129,7 +130,7 @@ def check_resume(cfg, world_size: int) -> tuple[Path, int]:
             raise CheckpointError(
                 f"train.resume={resume}: saved with {key}={saved.get(key)}, this run has {key}={ours[key]}"
             )
-    if step >= cfg.train.iterations:
+    if step > cfg.train.iterations or (step == cfg.train.iterations and not finished):
         raise CheckpointError(
             f"train.resume={resume}: checkpoint is at step {step}, nothing left of "
             f"train.iterations={cfg.train.iterations}"

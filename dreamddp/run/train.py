@@ -66,17 +66,19 @@ def run_worker(cfg: DictConfig, run_dir: str) -> None:
     """
     rank, recorder, clean = dist_env.worker_env().rank, NullRecorder(), False
     try:
-        if cfg.train.resume or checkpoint.auto_resume(cfg, run_dir):  # the exact step, for the record too
+        restarted = not cfg.train.resume and checkpoint.auto_resume(cfg, run_dir) is not None
+        if cfg.train.resume or restarted:  # the exact step, for the record too
             cfg.train.resume = str(checkpoint.find(cfg.train.resume or run_dir))
         ctx = dist_env.init_distributed(cfg)
         recorder = recorder_for(ctx.rank, cfg, run_dir)
         preempt.install(cfg.cluster.preemptible, run_dir, ctx.rank, cfg.cluster.timeout_s)
-        run = Run(cfg, ctx, run_dir, recorder)
+        run = Run(cfg, ctx, run_dir, recorder, restarted)
         run.build()
         faults.arm_forward(run.model, ctx.rank)
         run.set_up()
         faults.arm_iteration(run.model, ctx.rank, run.start)
         run.loop()
+        faults.at_finish(ctx.rank)
         run.finish()
         clean = True
     except preempt.Preempted as stop:
@@ -94,8 +96,11 @@ def run_worker(cfg: DictConfig, run_dir: str) -> None:
 
 
 class Run:
-    def __init__(self, cfg: DictConfig, ctx, run_dir: str, recorder: NullRecorder):
+    def __init__(self, cfg: DictConfig, ctx, run_dir: str, recorder: NullRecorder, restarted: bool = False):
         self.cfg, self.ctx, self.run_dir, self.recorder = cfg, ctx, run_dir, recorder
+        # A restarted worker continuing its own run: a checkpoint at train.iterations (the run
+        # failed after its last one, in its summary) leaves only the finish to do
+        self.restarted = restarted
         self.algo_cls = ALGORITHMS.lookup(cfg.algo.name)
         self.task = MODELS[cfg.model.name].task
         self.start = 0  # first iteration to run (a checkpoint's step when resuming)
@@ -144,7 +149,7 @@ class Run:
         cfg, rec = self.cfg, self.recorder
         resumed = None
         if cfg.train.resume:
-            ckpt, self.start = checkpoint.check_resume(cfg, self.ctx.world_size)
+            ckpt, self.start = checkpoint.check_resume(cfg, self.ctx.world_size, finished=self.restarted)
             resumed = checkpoint.load(ckpt, self.ctx.rank, self.ctx.device)
             saved = resumed["setup"]  # the saved run's set-up, not a new measurement
             self.link.load_setup_state(saved["link"])
@@ -257,7 +262,8 @@ class Run:
     # ---- 4. finish --------------------------------------------------------------------
     def finish(self) -> None:
         timed = self.compute[warmup_cut(len(self.compute)):]
-        self.recorder.set("compute_by_rank", compute_summary(gather_by_rank(self.comm, timed)))  # every rank takes part
+        if timed:  # every rank takes part (none has any after a restart that only finishes)
+            self.recorder.set("compute_by_rank", compute_summary(gather_by_rank(self.comm, timed)))
         profile = self.warmup.profiled if self.warmup is not None else None
         predict = None
         if profile is not None:
