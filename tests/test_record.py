@@ -109,7 +109,7 @@ def test_wandb_mode_env_wins():
         resolve_mode("cloud", {})
 
 
-def _wandb_script(run_dir, enabled: bool) -> str:
+def _wandb_script(run_dir, enabled: bool, finish: str = "log.finish(0)") -> str:
     return f"""
 import json, sys
 from omegaconf import OmegaConf
@@ -119,7 +119,7 @@ cfg = OmegaConf.create({{"wandb": {{"mode": "offline", "project": "p", "entity":
 log = WandbLogger(cfg, {str(run_dir)!r}, enabled={enabled})
 run = log.run
 info = [run.group, run.job_type, run.name] if run else None
-log.log(0, {{"loss": 1.0}}); log.summary({{"final": 1}}); log.finish(0)
+log.log(0, {{"loss": 1.0}}); log.summary({{"final": 1}}); {finish}
 print(json.dumps({{"imported": "wandb" in sys.modules, "info": info}}))
 """
 
@@ -147,6 +147,34 @@ def test_wandb_offline_run_lands_in_run_dir(tmp_path):
     assert list((run_dir / "wandb").glob("offline-run-*"))
 
 
+def test_a_preempted_run_ends_its_wandb_run_as_preempting(tmp_path):
+    """W&B's contract for a run stopped to be resumed: mark_preempting, then a non-zero exit."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    out = subprocess.run([sys.executable, "-c", _wandb_script(tmp_path / "run", True,
+                                                             "log.finish(75, preempting=True)")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and json.loads(out.stdout.splitlines()[-1])["info"], out.stderr
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    from dreamddp.run.wandb_log import WandbLogger
+
+    calls = []
+
+    class Run:  # the order of the calls, on a stand-in for wandb's Run
+        def mark_preempting(self):
+            calls.append("mark_preempting")
+
+        def finish(self, exit_code):
+            calls.append(("finish", exit_code))
+
+    log = WandbLogger.__new__(WandbLogger)
+    log.run = Run()
+    log.finish(75, preempting=True)
+    assert calls == ["mark_preempting", ("finish", 75)] and log.run is None
+
+
 def test_mark_failed_names_the_first_failure_over_rank0s_view(tmp_path, cfg):
     RunRecord(str(tmp_path), cfg).fail("rank 0: RuntimeError: Connection reset by peer")
     assert not mark_failed(str(tmp_path), cfg, "late")  # without a root cause, rank 0's word stands
@@ -160,10 +188,7 @@ def test_mark_failed_names_the_first_failure_over_rank0s_view(tmp_path, cfg):
 
 
 def test_preempted_is_not_failed(tmp_path, cfg):
-    from dreamddp.run.record import mark_preempted
-
-    RunRecord(str(tmp_path), cfg)
-    mark_preempted(str(tmp_path), "preempted: checkpoint saved at step 4")
+    RunRecord(str(tmp_path), cfg).preempt("preempted: checkpoint saved at step 4")
     assert not mark_failed(str(tmp_path), cfg, "workers exited with status 0")
     assert load_record(tmp_path)["status"] == "preempted"
 

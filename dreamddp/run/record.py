@@ -198,6 +198,10 @@ class RunRecord:
     def fail(self, message: str) -> None:
         self._close("failed", message)
 
+    def preempt(self, message: str) -> None:
+        """A checkpoint-and-stop request was served: the run is not over, nor failed."""
+        self._close("preempted", message)
+
     def _close(self, status: str, error: str | None) -> None:
         self.data.update(status=status, error=error, end_time=time.time())
         self.flush()
@@ -235,11 +239,3 @@ def mark_failed(run_dir: str, cfg: DictConfig, message: str, failure: dict | Non
     data.update(status="failed", error=message, end_time=data.get("end_time") or time.time())
     write_json(path, data, indent=RECORD_INDENT)
     return True
-
-
-def mark_preempted(run_dir: str, message: str) -> None:
-    """Rank 0, after a checkpoint-and-stop request was served: the run is not over, nor failed."""
-    path = Path(run_dir) / RECORD_NAME
-    data = load_record(path)
-    data.update(status="preempted", error=message, end_time=time.time())
-    write_json(path, data, indent=RECORD_INDENT)

@@ -15,6 +15,7 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
+from dreamddp.run.preempt import EXIT_PREEMPTED
 from dreamddp.run.record import RunRecord
 from dreamddp.schedule.profile import Profile, save_profile
 from dreamddp.schedule.schedule_file import save_schedule
@@ -37,6 +38,7 @@ class NullRecorder:
     def save_schedule(self, made: dict) -> None: ...
     def close(self, cfg, world_size: int, predict: Callable[[], dict] | None = None) -> None: ...
     def fail(self, message: str) -> None: ...
+    def preempted(self, message: str) -> None: ...
 
 
 class Recorder(NullRecorder):
@@ -95,6 +97,12 @@ class Recorder(NullRecorder):
     def fail(self, message: str) -> None:
         self.record.fail(message)
         self.wandb.finish(exit_code=1)
+
+    def preempted(self, message: str) -> None:
+        """Stopped on request, a checkpoint saved: "preempted" here, and to W&B a preempting run
+        that ends with dreamddp-run's own exit status (a requeued job continues it)."""
+        self.record.preempt(message)
+        self.wandb.finish(exit_code=EXIT_PREEMPTED, preempting=True)
 
 
 def recorder_for(rank: int, cfg: DictConfig, run_dir: str) -> NullRecorder:

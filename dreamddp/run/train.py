@@ -37,7 +37,6 @@ from dreamddp.models.tasks import compute_loss, evaluate
 from dreamddp.optim import build_lr_schedule, build_optimizer
 from dreamddp.comm.gather import gather_by_rank
 from dreamddp.prediction import simulate_record, skew_of
-from dreamddp.run.record import mark_preempted
 from dreamddp.run.recorder import NullRecorder, recorder_for
 from dreamddp.run.summary import Progress, compute_summary, warmup_cut
 from dreamddp.warmup import Warmup
@@ -82,9 +81,8 @@ def run_worker(cfg: DictConfig, run_dir: str) -> None:
         run.finish()
         clean = True
     except preempt.Preempted as stop:
-        recorder.fail(str(stop))  # closes W&B; the record then says "preempted", not "failed"
+        recorder.preempted(str(stop))  # the record says "preempted", not "failed"; W&B a preempting run
         if recorder.active:
-            mark_preempted(run_dir, str(stop))
             preempt.consume(run_dir)
         clean = True
     except BaseException as e:

@@ -155,7 +155,11 @@ class WandbLogger:
         if self.run is not None:
             self.run.summary.update(dict(values))
 
-    def finish(self, exit_code: int = 0) -> None:
+    def finish(self, exit_code: int = 0, preempting: bool = False) -> None:
+        """End the W&B run; ``preempting``: marked so first (W&B's contract for a run stopped to be
+        resumed: mark_preempting, then a non-zero exit code)."""
         if self.run is not None:
+            if preempting:
+                self.run.mark_preempting()
             self.run.finish(exit_code=exit_code)
             self.run = None
