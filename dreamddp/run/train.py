@@ -65,9 +65,10 @@ def run_worker(cfg: DictConfig, run_dir: str) -> None:
     """
     rank, recorder, clean = dist_env.worker_env().rank, NullRecorder(), False
     try:
-        restarted = not cfg.train.resume and checkpoint.auto_resume(cfg, run_dir) is not None
+        found = checkpoint.auto_resume(cfg, run_dir)  # a restarted worker: its run's newest checkpoint
+        restarted = found is not None
         if cfg.train.resume or restarted:  # the exact step, for the record too
-            cfg.train.resume = str(checkpoint.find(cfg.train.resume or run_dir))
+            cfg.train.resume = str(found or checkpoint.find(cfg.train.resume))
         ctx = dist_env.init_distributed(cfg)
         recorder = recorder_for(ctx.rank, cfg, run_dir)
         preempt.install(cfg.cluster.preemptible, run_dir, ctx.rank, cfg.cluster.timeout_s)
@@ -157,14 +158,14 @@ class Run:
             # Measured on the live job with no traffic of the algorithm's own; training state restored
             # after, and training starts on the batches and random draws it would have had without it
             # (so every algorithm of one seed sees one data order, however many passes it warms up).
-            untouched = self.data.train.state_dict(), checkpoint.RNGState().state_dict()
+            data_at, rng_at = self.data.train.state_dict(), checkpoint.RNGState().state_dict()
             next_loss = lambda: compute_loss(self.task, self.model, self.to_dev(next(self.data.train)))  # noqa: E731
             self.warmup = Warmup(cfg, self.engine, self.comm, self.optimizer, next_loss, rec)
             if self.link.needs_calibration:
                 rec.set("link_calibration", self.link.calibrate(self.warmup))
             setup = self.algo_cls.prepare(cfg.algo, self.warmup)
-            self.data.train.load_state_dict(untouched[0])
-            checkpoint.RNGState().load_state_dict(untouched[1])
+            self.data.train.load_state_dict(data_at)
+            checkpoint.RNGState().load_state_dict(rng_at)
         self.algorithm = self.algo_cls.build(cfg.algo, setup)
         self.engine.set_algorithm(self.algorithm)
         self.checkpointed = {  # what a checkpoint holds, by name; each object saves and loads itself

@@ -155,10 +155,16 @@ def runs_finish(ready: np.ndarray, comm: np.ndarray, runs: Iterable[Run], alpha:
     sum of its units' bandwidth terms ``comm``; collectives queue in launch
     order (ties: lower unit index first).
     """
+    return max((finish for _, finish in fifo_runs(ready, comm, runs, alpha)), default=0.0)
+
+
+def fifo_runs(ready: np.ndarray, comm: np.ndarray, runs: Iterable[Run], alpha: float = 0.0):
+    """Each run, as ONE collective launched when its last unit is ready, with the time the FIFO
+    link finishes it, in launch order (``runs_finish``'s model)."""
     t = 0.0
     for first, last in sorted(runs, key=lambda r: (ready[r[1]], r[1])):
         t = max(t, float(ready[last])) + alpha + float(comm[first : last + 1].sum())
-    return t
+        yield (first, last), t
 
 
 def runs_wait(bp: np.ndarray, comm: np.ndarray, runs: Iterable[Run], alpha: float = 0.0) -> float:
@@ -176,18 +182,16 @@ def runs_lateness(bp: np.ndarray, comm: np.ndarray, runs: Iterable[Run], alpha: 
     units up to it (``run_costs``' model, for any runs): the worst lateness over the units with
     something to send, at least 0.  With ``slack`` and ``moved`` None, ``runs_wait`` for runs that
     send something."""
-    ready = np.cumsum(bp)
-    runs = sorted(runs, key=lambda r: (ready[r[1]], r[1]))
+    runs = list(runs)
     synced = np.zeros(len(bp), dtype=bool)
     for first, last in runs:
         synced[first : last + 1] = True
     due = deadlines(bp, slack) - (0.0 if moved is None else np.cumsum(np.where(synced, moved, 0.0)))
-    t, late = 0.0, 0.0
-    for first, last in runs:
-        t = max(t, float(ready[last])) + alpha + float(comm[first : last + 1].sum())
+    late = 0.0
+    for (first, last), finish in fifo_runs(np.cumsum(bp), comm, runs, alpha):
         sends = comm[first : last + 1] > 0
         if sends.any():
-            late = max(late, t - float(due[first : last + 1][sends].min()))
+            late = max(late, finish - float(due[first : last + 1][sends].min()))
     return late
 
 

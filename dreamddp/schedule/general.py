@@ -274,7 +274,7 @@ def late_descent(bp: np.ndarray, comm: np.ndarray, plan: list[list[Run]], alpha:
                 left = wait(rest)
                 if waits[g] - left <= tol:
                     continue
-                joined = [wait(sorted([*runs, job])) if h != g else np.inf for h, runs in enumerate(its)]
+                joined = [wait([*runs, job]) if h != g else np.inf for h, runs in enumerate(its)]
                 gain = [waits[g] + waits[h] - left - joined[h] for h in range(len(its))]
                 h = int(np.argmax(gain))
                 if gain[h] > tol:
