@@ -3,6 +3,7 @@
     dreamddp-schedule PROFILE_DIR --H 10 [--scheduler dreamddp|optimal|general|enp]
         [--no-bubble] [--out schedule.json] [--workers N --gbps G]
         [--latency-ms MS] [--alpha-ms MS] [--authors-model]
+        [--merge-delay D [--late-parts N]]
 
 Schedulers (schedule/make.py): ``dreamddp`` is the paper's DFS over contiguous
 splits, ``optimal`` the exact optimum over contiguous splits (both one
@@ -15,7 +16,11 @@ and prints a table of modelled mean iteration times.  ``--authors-model``
 schedules the units the authors' model sees and prints their model's numbers;
 otherwise our simulator runs every algorithm on the profile's measured comm
 times, or with ``--workers/--gbps`` on the ring link model over the profile's
-byte counts.  Bad input: one line on stderr, exit status 2.
+byte counts.  ``--merge-delay D`` writes DreamDDP's plan for
+``algo.merge_delay=D`` instead (the scheduler's window, then which collectives
+merge late, schedule/delay.py), with its ``"delayed"`` list, exactly as a run
+would plan it at start-up on this profile, and adds its modelled row.  Bad
+input: one line on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -24,14 +29,14 @@ import argparse
 import sys
 from dataclasses import replace
 
-from dreamddp.algorithms import ALGORITHMS
+from dreamddp.algorithms import ALGORITHMS, algo_config
 from dreamddp.comm.cost import LinkModel
 from dreamddp.prediction import simulate, simulated_algorithms
 from dreamddp.schedule.authors_model import aligned, modelled_times
 from dreamddp.schedule.cost import groups
 from dreamddp.schedule.make import SCHEDULERS, make_plan, make_schedule
 from dreamddp.schedule.profile import load_profile
-from dreamddp.schedule.schedule_file import assign_runs, save_schedule
+from dreamddp.schedule.schedule_file import assign_delayed, assign_runs, save_schedule
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--authors-model", action="store_true", help="print the authors' cost model's numbers")
     p.add_argument("--grad-clip", type=float, default=0.0,
                    help="the run's train.grad_clip (0: none): plans that sync for the clip norm (DeAR) include it")
+    p.add_argument("--merge-delay", type=int, default=0,
+                   help="plan for algo.merge_delay (0: none): which collectives merge late, written as \"delayed\"")
+    p.add_argument("--late-parts", type=int, default=4,
+                   help="with --merge-delay: algo.late_parts, the most parts a late collective may be cut into")
     return p
 
 
@@ -79,9 +88,16 @@ def run(args: argparse.Namespace) -> str:
         raise ValueError(f"--grad-clip must be >= 0, got {args.grad_clip}")
     if args.overlap_forward and args.authors_model:
         raise ValueError("--authors-model leaves the forward pass out, so it cannot plan for --overlap-forward")
+    if not 0 <= args.merge_delay < args.H:
+        raise ValueError(f"--merge-delay must be in [0, --H={args.H}), got {args.merge_delay}")
+    if args.late_parts < 1:
+        raise ValueError(f"--late-parts must be >= 1, got {args.late_parts}")
+    if args.merge_delay and (args.authors_model or args.scheduler == "enp"):
+        raise ValueError("--merge-delay plans DreamDDP's window: use --scheduler dreamddp, optimal or general, "
+                         "without --authors-model")
     profile = load_profile(args.profile_dir)
     bubble, alpha = not args.no_bubble, args.alpha_ms / 1e3
-    collectives = None
+    collectives = delayed = None
     if args.authors_model:
         schedule = make_schedule(aligned(profile), args.H, args.scheduler, bubble, alpha)
         m = modelled_times(profile, args.H, schedule)
@@ -110,10 +126,32 @@ def run(args: argparse.Namespace) -> str:
                          runs=runs if scheduled else None, world=world, link=link, grad_clip=args.grad_clip,
                          **overlap)
             rows.append((algo + ("+overlap" if overlap else ""), r.mean_iter, r.mean_wait))
+        if args.merge_delay:
+            schedule, collectives, delayed, row = _delayed_plan(args, profile, profile_for_schedule, link, world)
+            rows.append(row)
         where = f"{args.workers} workers, {args.gbps} Gbit/s" if link else "measured comm times"
         text = _table(rows, f"simulated engine, H={args.H}, {where}, {args.scheduler} schedule")
-    save_schedule(args.out, args.H, schedule, collectives)
+    save_schedule(args.out, args.H, schedule, collectives, delayed)
     return text + f"\nschedule written to {args.out}"
+
+
+def _delayed_plan(args, profile, planning, link, world):
+    """DreamDDP's plan with ``--merge-delay`` as its set-up makes it on ``planning`` (the profile
+    with the link's all-reduce times), and its modelled row: (schedule, collectives, delayed, row)."""
+    options = {"scheduler": args.scheduler, "bubble_fill": not args.no_bubble, "overlap_forward": args.overlap_forward,
+               "merge_delay": args.merge_delay, "late_parts": args.late_parts}
+    cfg = algo_config({"name": "dreamddp", "H": args.H, **options})
+    cls = ALGORITHMS.lookup("dreamddp")
+    made = cls.setup_from_profile(cfg, planning, args.alpha_ms / 1e3)["schedule"]
+    window = groups(profile, args.H, made["schedule"])
+    as_tuples = lambda rs: [[tuple(r) for r in its] for its in rs]  # noqa: E731
+    runs = ([[(u, u) for u in g] for g in window] if made.get("collectives") is None
+            else assign_runs(as_tuples(made["collectives"]), window, profile.units))
+    late = assign_delayed(as_tuples(made["delayed"]), runs, profile.units, args.merge_delay)
+    r = simulate(cfg, profile, schedule=made["schedule"], runs=runs, delayed=late, world=world, link=link,
+                 grad_clip=args.grad_clip)
+    label = f"dreamddp{'+overlap' if args.overlap_forward else ''}+delay{args.merge_delay}"
+    return made["schedule"], made.get("collectives"), made["delayed"], (label, r.mean_iter, r.mean_wait)
 
 
 def main(argv=None) -> int:

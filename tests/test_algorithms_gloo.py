@@ -17,14 +17,16 @@ from engine_fixtures import batch, build, engine_step, loss_of, small_model
 STEPS = 7
 
 
-def _train_engine(rank, name, opt_name="sgd", steps=STEPS, on_before_step=None, **kw):
+def _train_engine(rank, name, opt_name="sgd", steps=STEPS, on_before_step=None, norms=None, **kw):
     model = small_model()
     clip = 1.0 if opt_name == "adam" else 0.0
     engine = PartialSyncEngine(model, enumerate_units(model), Communicator(), build(name, **kw), grad_clip=clip)
     opt = _opt(opt_name, model)
     for t in range(steps):
-        engine_step(engine, model, opt, t, rank,
-                    before_step=(lambda: on_before_step(engine, t)) if on_before_step else None)
+        stats = engine_step(engine, model, opt, t, rank,
+                            before_step=(lambda: on_before_step(engine, t)) if on_before_step else None)
+        if norms is not None:
+            norms.append(stats.grad_norm)
     engine.close()
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
 
@@ -36,22 +38,29 @@ def _opt(name, model):
 
 
 def _ssgd_vs_ddp(rank, world, opt_name):
-    ours = _train_engine(rank, "ssgd", opt_name)
+    norms, ref_norms = [], []
+    ours = _train_engine(rank, "ssgd", opt_name, norms=norms)
     ref = torch.nn.parallel.DistributedDataParallel(small_model())
     opt = _opt(opt_name, ref)
     for t in range(STEPS):
         opt.zero_grad()
         loss_of(ref, batch(rank, t)).backward()
         if opt_name == "adam":
-            torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+            ref_norms.append(torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0))
         opt.step()
-    return ours, torch.nn.utils.parameters_to_vector(ref.parameters()).detach()
+    return ours, torch.nn.utils.parameters_to_vector(ref.parameters()).detach(), norms, ref_norms
 
 
 @pytest.mark.parametrize("world, opt_name", [(2, "sgd"), (4, "adam")])
 def test_ssgd_equals_torch_ddp(world, opt_name):
-    for ours, ref in run_workers(_ssgd_vs_ddp, world, opt_name):
+    """Same parameters as torch DDP; with clipping, the norm each step reports (the one the run
+    records as grad_norm) is the one torch's clip_grad_norm_ returns."""
+    for ours, ref, norms, ref_norms in run_workers(_ssgd_vs_ddp, world, opt_name):
         torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+        if opt_name == "adam":
+            torch.testing.assert_close(torch.stack(norms), torch.stack(ref_norms), rtol=1e-5, atol=1e-6)
+        else:
+            assert norms == [None] * STEPS
 
 
 def _flsgd_vs_torch(rank, world, H):

@@ -185,6 +185,9 @@ DELAYED = {  # late collectives and their parts (algo.merge_delay=1, H=3): file 
                               "is not one of iteration 1's collectives"),
     "part-resyncs": (lambda u: _delayed(u, [[[u[0], u[0], 1, 2]], [], [[u[0], u[0], 0, 2]]], twice=True),
                      "syncs again within algo.merge_delay=1 iterations of 0"),
+    # a plan made without the delay: the run would merge nothing late under a delay run's name
+    "no-delayed-list": (lambda u: json.dumps({"H": 3, "schedule": {n: 2 for n in u}}),
+                        'lists no "delayed" collectives, so algo.merge_delay=1 would merge nothing late'),
 }
 
 

@@ -131,6 +131,27 @@ def test_cli_simulates_dear_with_the_clip_norm(tmp_path, capsys):
     assert (rows["1"]["ssgd"], rows["1"]["dreamddp"]) == (rows["0"]["ssgd"], rows["0"]["dreamddp"])
 
 
+def test_cli_plans_a_delayed_merge(tmp_path, capsys, compose_cfg):
+    """--merge-delay: the file holds the plan a run with algo.merge_delay makes at start-up on the
+    same profile (its modelled row is that run's), its "delayed" list hides the tied embedding
+    the plain plan waits for, and a run takes the file as its schedule."""
+    from dreamddp.config import validate
+
+    profile = Path(__file__).resolve().parents[1] / "results" / "bench" / "runs" / "gpt2" / "rep0" / "dreamddp" / "profile"
+    link = ["--H", "4", "--workers", "2", "--gbps", "0.07477"]
+    out = tmp_path / "late.json"
+    assert main([str(profile), *link, "--merge-delay", "1", "--out", str(out)]) == 0
+    rows = {line.split()[0]: float(line.split()[1]) for line in capsys.readouterr().out.splitlines()[2:]
+            if len(line.split()) == 3}
+    made = json.loads(out.read_text())
+    assert any("transformer.wte" in entry for its in made["delayed"] for entry in its)
+    planned = simulate("dreamddp", load_profile(profile), H=4, world=2, link=LinkModel(0.07477), merge_delay=1)
+    assert rows["dreamddp+delay1"] == pytest.approx(planned.mean_iter, abs=1e-6)
+    assert rows["dreamddp+delay1"] < 0.9 * rows["dreamddp"]
+    validate(compose_cfg(["model=gpt2", "model.size=compute", "data=shakespeare", "algo=dreamddp", "algo.H=4",
+                          "algo.merge_delay=1", f"algo.schedule={out}"]))
+
+
 @pytest.mark.parametrize(
     "argv,msg",
     [
@@ -140,6 +161,9 @@ def test_cli_simulates_dear_with_the_clip_norm(tmp_path, capsys):
         ([str(GPT2), "--workers", "4", "--gbps", "1"], "no nbytes.json"),
         ([str(GPT2), "--authors-model", "--overlap-forward"], "cannot plan for --overlap-forward"),
         ([str(GPT2), "--grad-clip", "-1"], "--grad-clip must be >= 0"),
+        ([str(GPT2), "--merge-delay", "10"], "--merge-delay must be in [0, --H=10), got 10"),
+        ([str(GPT2), "--merge-delay", "1", "--late-parts", "0"], "--late-parts must be >= 1"),
+        ([str(GPT2), "--merge-delay", "1", "--scheduler", "enp"], "--merge-delay plans DreamDDP's window"),
     ],
 )
 def test_cli_bad_input(argv, msg, tmp_path, capsys):

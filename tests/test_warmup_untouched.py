@@ -24,4 +24,7 @@ def test_warmup_leaves_the_data_order_and_overlap_forward_divergence_is_measured
     first = [run["iterations"][0]["loss"] for run in (plain, overlap, ssgd)]
     assert first[0] == first[1] == first[2], first
     assert [r["loss"] for r in overlap["iterations"]] == [r["loss"] for r in plain["iterations"]]
+    # GPT-2 clips (train.grad_clip=1.0): every row records the norm before clipping
+    assert [r["grad_norm"] for r in overlap["iterations"]] == [r["grad_norm"] for r in plain["iterations"]]
+    assert all(r["grad_norm"] > 0 for run in (plain, ssgd) for r in run["iterations"])
     assert len(plain["divergence"]) == 6 and overlap["divergence"] == plain["divergence"]

@@ -154,7 +154,7 @@ class DeAR(Algorithm):
         self.coef = None
         if grad_clip > 0:  # the norm's all-reduce completed at the end of backward
             total = self.sq.mul_(self.world).sqrt_()
-            engine.stats.grad_norm = float(total)
+            engine.stats.grad_norm = total
             self.coef = torch.clamp(grad_clip / (total + 1e-6), max=1.0)  # FlatModel.clip_grad_norm_'s rule
         self.pending = set(range(len(self.groups)))
 

@@ -98,6 +98,12 @@ class DreamDDP(DelayedMerge, PartialParamSync):
             made = read_schedule_file(cfg.schedule)
             if made["H"] != cfg.H:
                 raise ScheduleError(f"{cfg.schedule}: the schedule's H={made['H']} is not algo.H={cfg.H}")
+            if cfg.merge_delay and made.get("delayed") is None:
+                # without the list nothing would merge late, yet the run would be labelled a delay run
+                raise ScheduleError(f"{cfg.schedule}: lists no \"delayed\" collectives, so "
+                                    f"algo.merge_delay={cfg.merge_delay} would merge nothing late; give a schedule "
+                                    f"made with the delay (a run's schedule.json, or dreamddp-schedule "
+                                    f"--merge-delay {cfg.merge_delay}), or drop algo.schedule to plan at start-up")
             unit_names, module_names = layout()
             _window(made, cfg.merge_delay, unit_names, module_names, cfg.schedule)
         except ScheduleError as e:
@@ -198,7 +204,7 @@ def _window(made: dict, delay: int, unit_names: list[str], module_names, source:
         runs = [[(u, u) for u in g] for g in groups]
     late = [[] for _ in range(H)]
     if made.get("delayed") is not None:
-        if not delay:
+        if not delay and any(made["delayed"]):
             raise ScheduleError(f"{source}: has delayed collectives but algo.merge_delay=0")
         late = assign_delayed([[tuple(r) for r in its] for its in made["delayed"]], runs, unit_names, delay, source)
     return groups, runs, late

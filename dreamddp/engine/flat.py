@@ -96,9 +96,10 @@ class FlatModel:
         base = self.grads.untyped_storage().data_ptr()
         return all(p.grad is not None and p.grad.untyped_storage().data_ptr() == base for p in self._all_params)
 
-    def clip_grad_norm_(self, max_norm: float) -> float:
-        """torch.nn.utils.clip_grad_norm_ semantics on the flat buffer, in one op."""
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_ semantics on the flat buffer, in one op; the total norm
+        as a 0-d tensor, as torch returns it (reading it on the host would wait for the device)."""
         total = torch.linalg.vector_norm(self.grads)
         coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
         self.grads.mul_(coef)
-        return float(total)
+        return total

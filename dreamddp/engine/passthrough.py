@@ -42,7 +42,7 @@ class PassthroughEngine:
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.grad_clip > 0:
-            self.stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True))
+            self.stats.grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)
         optimizer.step()
 
     def after_step(self) -> IterationStats:

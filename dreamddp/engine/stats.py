@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -26,7 +27,9 @@ class IterationStats:
     # completed (SyncOp.steps: DeAR's groups, overlap_forward's averages, in forward pre-hooks):
     # part of the forward's measured time that is the step's, not the forward's.
     forward_steps: float = 0.0
-    grad_norm: float | None = None
+    # with train.grad_clip: the gradients' total norm before clipping, a 0-d tensor left on the
+    # device until the trainer reads it with the loss (one host sync per iteration, not two)
+    grad_norm: Any = None
     unit_ready: list[float] | None = None  # per-unit gradient-ready time since start (sampled)
     events: list[dict] = field(default_factory=list)  # per-collective launch/complete (sampled)
     ops: list = field(default_factory=list)  # the plan's ops launched this iteration (SyncOp)

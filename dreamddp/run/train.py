@@ -221,6 +221,8 @@ class Run:
                 "completed": stats.completed, "complete_host": stats.complete_host,
                 "forward_steps": stats.forward_steps,
             }
+            if stats.grad_norm is not None:
+                row["grad_norm"] = float(stats.grad_norm)
             if stats.sampled:
                 row["timeline"] = {"unit_ready": stats.unit_ready, "collectives": stats.events}
             rec.iteration(row)

@@ -123,12 +123,13 @@ def save_schedule(path, H: int, schedule: dict[str, list[int]],
                   collectives: list[list[tuple[str, str]]] | None = None,
                   delayed: list[list[tuple[str, str]]] | None = None) -> None:
     """Write a schedule in the authors' format (a bare int where a unit syncs once), with
-    its collectives when they are not one per unit and its delayed ones if any."""
+    its collectives when they are not one per unit and, for a plan made with a merge delay, its
+    delayed ones (listed even when none is late, so the file reads back as a delay plan)."""
     body = {u: (its[0] if len(its) == 1 else sorted(its)) for u, its in schedule.items()}
     data = {"H": H, "schedule": body}
     if collectives is not None:
         data["collectives"] = [[list(r) for r in its] for its in collectives]
-    if delayed is not None and any(delayed):
+    if delayed is not None:
         data["delayed"] = [[list(r) for r in its] for its in delayed]
     write_json(path, data, indent=2)
 
