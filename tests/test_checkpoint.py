@@ -69,6 +69,10 @@ def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path, algo):
     if "algo=dreamddp" in algo:  # the saved schedule and link rate, not new measurements
         assert b["extra"]["schedule"]["schedule"] == a["extra"]["schedule"]["schedule"]
         assert "link_calibration" not in b["extra"] and b["extra"]["link"]["gbps"] == a["extra"]["link"]["gbps"]
+        # and it predicts its iterations from the profile A measured, as A did
+        assert b["extra"]["profile"]["measured_in"] == str(tmp_path / "a")
+        assert b["summary"]["predicted"]["mean_iteration_time"] == a["summary"]["predicted"]["mean_iteration_time"]
+        assert "error" in b["summary"]["predicted"]
     for rank in (0, 1):
         name = f"rank{rank:05d}.pt"
         diff = _differences(step_dir(tmp_path / "a", 6) / name, step_dir(tmp_path / "b", 6) / name)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Mapping, Protocol
 
@@ -224,3 +225,19 @@ def save(run_dir: str, step: int, rank: int, state: dict, run: dict, keep: int) 
             for old in _complete_steps(d.parent)[:-keep]:
                 shutil.rmtree(old, ignore_errors=True)
     return d
+
+
+def saved_profile(ckpt: Path):
+    """The start-up profile of the run a checkpoint belongs to (``<run>/profile``, beside its
+    ``checkpoints/``), so a resumed run predicts its iterations as the run it continues did;
+    None where that run profiled nothing, or its profile no longer loads (said on stderr)."""
+    from dreamddp.schedule.profile import load_profile
+
+    d = Path(ckpt).parent.parent / "profile"
+    if not d.is_dir():
+        return None
+    try:
+        return load_profile(d)
+    except (OSError, ValueError) as e:
+        print(f"train.resume: {d}: not used for the prediction ({e})", file=sys.stderr, flush=True)
+        return None

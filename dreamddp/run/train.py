@@ -105,6 +105,7 @@ class Run:
         self.start = 0  # first iteration to run (a checkpoint's step when resuming)
         self.next: int | None = None  # next iteration loop() runs (None: loop not started)
         self.warmup: Warmup | None = None
+        self.profiled = None  # the start-up profile the prediction at the end uses (Profile)
         self.compute: list[float] = []  # this rank's compute seconds (iteration less exposed wait)
 
     # ---- 1. build -----------------------------------------------------------------
@@ -154,6 +155,10 @@ class Run:
             self.link.load_setup_state(saved["link"])
             setup = saved["algorithm"]
             rec.set("resumed_from", {"checkpoint": str(ckpt), "step": self.start})
+            self.profiled = checkpoint.saved_profile(ckpt)  # what the continued run's prediction used
+            measured_in = os.path.dirname(os.path.dirname(os.path.abspath(ckpt)))
+            if self.profiled is not None and measured_in != os.path.abspath(self.run_dir):
+                rec.save_profile(self.profiled, measured_in=measured_in)  # a new run dir: beside its record too
         else:
             # Measured on the live job with no traffic of the algorithm's own; training state restored
             # after, and training starts on the batches and random draws it would have had without it
@@ -164,6 +169,7 @@ class Run:
             if self.link.needs_calibration:
                 rec.set("link_calibration", self.link.calibrate(self.warmup))
             setup = self.algo_cls.prepare(cfg.algo, self.warmup)
+            self.profiled = self.warmup.profiled
             self.data.train.load_state_dict(data_at)
             checkpoint.RNGState().load_state_dict(rng_at)
         self.algorithm = self.algo_cls.build(cfg.algo, setup)
@@ -265,10 +271,9 @@ class Run:
         timed = self.compute[warmup_cut(len(self.compute)):]
         if timed:  # every rank takes part (none has any after a restart that only finishes)
             self.recorder.set("compute_by_rank", compute_summary(gather_by_rank(self.comm, timed)))
-        profile = self.warmup.profiled if self.warmup is not None else None
         predict = None
-        if profile is not None:
-            predict = lambda: self._predict(profile)  # noqa: E731
+        if self.profiled is not None:
+            predict = lambda: self._predict(self.profiled)  # noqa: E731
         self.recorder.close(self.cfg, self.ctx.world_size, predict)
 
     def _predict(self, profile) -> dict:
