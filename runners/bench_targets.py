@@ -179,7 +179,7 @@ def _ceiling_reason(model: str, j: dict, nosync: float) -> str:
             f"merge_delay iterations of compute less the step it follows ({1e3 * late_room(compute, step, 1):.0f} ms "
             f"with merge_delay=1, {1e3 * late_room(compute, step, 2):.0f} ms with 2), and the longest one, {unit}'s, takes "
             f"{1e3 * comm:.0f} ms on this link{cut}. Measured {1e3 * measured:.1f} ms, "
-            f"{1e3 * (measured - bound):.1f} ms over that bound.")
+            f"{1e3 * (measured - bound):.1f} ms over that bound: {_reason(row)}.")
 
 
 def _skew_reason(model: str, j: dict) -> str:
