@@ -138,17 +138,17 @@ def test_cli_plans_a_delayed_merge(tmp_path, capsys, compose_cfg):
     from dreamddp.config import validate
 
     profile = Path(__file__).resolve().parents[1] / "results" / "bench" / "runs" / "gpt2" / "rep0" / "dreamddp" / "profile"
-    link = ["--H", "4", "--workers", "2", "--gbps", "0.07477"]
+    link = ["--H", "2", "--workers", "2", "--gbps", "0.07477"]
     out = tmp_path / "late.json"
     assert main([str(profile), *link, "--merge-delay", "1", "--out", str(out)]) == 0
     rows = {line.split()[0]: float(line.split()[1]) for line in capsys.readouterr().out.splitlines()[2:]
             if len(line.split()) == 3}
     made = json.loads(out.read_text())
     assert any("transformer.wte" in entry for its in made["delayed"] for entry in its)
-    planned = simulate("dreamddp", load_profile(profile), H=4, world=2, link=LinkModel(0.07477), merge_delay=1)
+    planned = simulate("dreamddp", load_profile(profile), H=2, world=2, link=LinkModel(0.07477), merge_delay=1)
     assert rows["dreamddp+delay1"] == pytest.approx(planned.mean_iter, abs=1e-6)
     assert rows["dreamddp+delay1"] < 0.9 * rows["dreamddp"]
-    validate(compose_cfg(["model=gpt2", "model.size=compute", "data=shakespeare", "algo=dreamddp", "algo.H=4",
+    validate(compose_cfg(["model=gpt2", "model.size=compute", "data=shakespeare", "algo=dreamddp", "algo.H=2",
                           "algo.merge_delay=1", f"algo.schedule={out}"]))
 
 
