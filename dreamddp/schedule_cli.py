@@ -31,12 +31,12 @@ from dataclasses import replace
 
 from dreamddp.algorithms import ALGORITHMS, algo_config
 from dreamddp.comm.cost import LinkModel
-from dreamddp.prediction import simulate, simulated_algorithms
+from dreamddp.prediction import layout_of, simulate, simulated_algorithms
 from dreamddp.schedule.authors_model import aligned, modelled_times
 from dreamddp.schedule.cost import groups
 from dreamddp.schedule.make import SCHEDULERS, make_plan, make_schedule
 from dreamddp.schedule.profile import load_profile
-from dreamddp.schedule.schedule_file import assign_delayed, assign_runs, save_schedule
+from dreamddp.schedule.schedule_file import assign_runs, save_schedule
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -142,14 +142,12 @@ def _delayed_plan(args, profile, planning, link, world):
                "merge_delay": args.merge_delay, "late_parts": args.late_parts}
     cfg = algo_config({"name": "dreamddp", "H": args.H, **options})
     cls = ALGORITHMS.lookup("dreamddp")
-    made = cls.setup_from_profile(cfg, planning, args.alpha_ms / 1e3)["schedule"]
-    window = groups(profile, args.H, made["schedule"])
-    as_tuples = lambda rs: [[tuple(r) for r in its] for its in rs]  # noqa: E731
-    runs = ([[(u, u) for u in g] for g in window] if made.get("collectives") is None
-            else assign_runs(as_tuples(made["collectives"]), window, profile.units))
-    late = assign_delayed(as_tuples(made["delayed"]), runs, profile.units, args.merge_delay)
-    r = simulate(cfg, profile, schedule=made["schedule"], runs=runs, delayed=late, world=world, link=link,
-                 grad_clip=args.grad_clip)
+    setup = cls.setup_from_profile(cfg, planning, args.alpha_ms / 1e3)
+    made = setup["schedule"]
+    bound = cls.build(cfg, setup)  # its collectives and late ones as unit indices, as the run binds them
+    bound.bind_plan(layout_of(profile, world, args.grad_clip))
+    r = simulate(cfg, profile, schedule=made["schedule"], runs=bound.runs, delayed=bound.delayed, world=world,
+                 link=link, grad_clip=args.grad_clip)
     label = f"dreamddp{'+overlap' if args.overlap_forward else ''}+delay{args.merge_delay}"
     return made["schedule"], made.get("collectives"), made["delayed"], (label, r.mean_iter, r.mean_wait)
 

@@ -227,13 +227,18 @@ def save(run_dir: str, step: int, rank: int, state: dict, run: dict, keep: int) 
     return d
 
 
-def saved_profile(ckpt: Path):
-    """The start-up profile of the run a checkpoint belongs to (``<run>/profile``, beside its
-    ``checkpoints/``), so a resumed run predicts its iterations as the run it continues did;
-    None where that run profiled nothing, or its profile no longer loads (said on stderr)."""
+def run_dir_of(ckpt: str | os.PathLike) -> Path:
+    """The run directory a ``step-<N>`` checkpoint belongs to (``<run>/checkpoints/step-<N>``)."""
+    return Path(ckpt).resolve().parent.parent
+
+
+def saved_profile(run_dir: Path):
+    """The start-up profile a run saved (``<run>/profile``), so a run resumed from its checkpoint
+    predicts its iterations as it did; None where that run profiled nothing, or its profile no
+    longer loads (said on stderr)."""
     from dreamddp.schedule.profile import load_profile
 
-    d = Path(ckpt).parent.parent / "profile"
+    d = Path(run_dir) / "profile"
     if not d.is_dir():
         return None
     try:

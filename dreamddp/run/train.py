@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -104,7 +105,6 @@ class Run:
         self.task = MODELS[cfg.model.name].task
         self.start = 0  # first iteration to run (a checkpoint's step when resuming)
         self.next: int | None = None  # next iteration loop() runs (None: loop not started)
-        self.warmup: Warmup | None = None
         self.profiled = None  # the start-up profile the prediction at the end uses (Profile)
         self.compute: list[float] = []  # this rank's compute seconds (iteration less exposed wait)
 
@@ -155,21 +155,21 @@ class Run:
             self.link.load_setup_state(saved["link"])
             setup = saved["algorithm"]
             rec.set("resumed_from", {"checkpoint": str(ckpt), "step": self.start})
-            self.profiled = checkpoint.saved_profile(ckpt)  # what the continued run's prediction used
-            measured_in = os.path.dirname(os.path.dirname(os.path.abspath(ckpt)))
-            if self.profiled is not None and measured_in != os.path.abspath(self.run_dir):
-                rec.save_profile(self.profiled, measured_in=measured_in)  # a new run dir: beside its record too
+            measured_in = checkpoint.run_dir_of(ckpt)
+            self.profiled = checkpoint.saved_profile(measured_in)  # what the continued run's prediction used
+            if self.profiled is not None and measured_in != Path(self.run_dir).resolve():
+                rec.save_profile(self.profiled, measured_in=str(measured_in))  # a new run dir: beside its record too
         else:
             # Measured on the live job with no traffic of the algorithm's own; training state restored
             # after, and training starts on the batches and random draws it would have had without it
             # (so every algorithm of one seed sees one data order, however many passes it warms up).
             data_at, rng_at = self.data.train.state_dict(), checkpoint.RNGState().state_dict()
             next_loss = lambda: compute_loss(self.task, self.model, self.to_dev(next(self.data.train)))  # noqa: E731
-            self.warmup = Warmup(cfg, self.engine, self.comm, self.optimizer, next_loss, rec)
+            warmup = Warmup(cfg, self.engine, self.comm, self.optimizer, next_loss, rec)
             if self.link.needs_calibration:
-                rec.set("link_calibration", self.link.calibrate(self.warmup))
-            setup = self.algo_cls.prepare(cfg.algo, self.warmup)
-            self.profiled = self.warmup.profiled
+                rec.set("link_calibration", self.link.calibrate(warmup))
+            setup = self.algo_cls.prepare(cfg.algo, warmup)
+            self.profiled = warmup.profiled
             self.data.train.load_state_dict(data_at)
             checkpoint.RNGState().load_state_dict(rng_at)
         self.algorithm = self.algo_cls.build(cfg.algo, setup)

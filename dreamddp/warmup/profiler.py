@@ -141,12 +141,16 @@ def measure_profile(engine, comm, optimizer, loss_fn: Callable[[], torch.Tensor]
     optimizer, rest, call = float(vec[-3]), float(vec[-2]), float(vec[-1])
     names = [u.name for u in units]
     passes = [f + b + r for f, b, r in zip(fwd_tot, bwd_tot, rests)]
+    # Per-unit maps in forward order, the order save_profile writes and load_profile reads: a
+    # profile read back from a run's profile/ then sums to the same bits as the one measured
+    # (the prediction of a run resumed from its checkpoint is the run's own)
+    forward = lambda values: dict(reversed(list(zip(names, values))))  # noqa: E731
     return Profile(
         units=names,
-        bp=dict(zip(names, bwd)),
-        comm=dict(zip(names, comm_t)),
-        fwd=dict(zip(names, fwd)),
-        nbytes={u.name: u.nbytes for u in units},
+        bp=forward(bwd),
+        comm=forward(comm_t),
+        fwd=forward(fwd),
+        nbytes=forward([u.nbytes for u in units]),
         step_time=max(rest, optimizer),
         optimizer_time=optimizer,
         optimizer_call_time=call,
