@@ -197,6 +197,16 @@ def _draws(skew: Skew | None, ranks: int, n: int) -> np.ndarray:
     return np.stack([rng.choice(f, size=n) for f in skew.factors], axis=1)
 
 
+def _after(clock: np.ndarray, unit_forward: np.ndarray, units: list[int]) -> np.ndarray:
+    """``clock`` plus each of ``units``' forward in turn: the same sums, rounded alike, as one
+    addition per unit (accumulate adds left to right), in one array operation."""
+    if not units:
+        return clock
+    if len(units) == 1:
+        return clock + unit_forward[:, units[0]]
+    return np.add.accumulate(np.concatenate([clock[:, None], unit_forward[:, units]], axis=1), axis=1)[:, -1]
+
+
 class _Ranks:
     """Every rank's clock and FIFO link, advanced point by point through the plan."""
 
@@ -238,10 +248,14 @@ class _Ranks:
                 self.real_done[self.queued[i][0]] = end
         self.real_free, self.queued = end, []
 
-    def wait(self, key) -> np.ndarray:
+    def wait(self, key) -> np.ndarray | None:
+        """Each rank's wait at ``key``; None where nothing completes there (most forward points:
+        the simulator passes every unit's of every iteration, so that case costs no array)."""
+        entries = self.due.pop(key, None)
+        if not entries:
+            return None
         waited = np.zeros_like(self.clock)
-        entries = self.due.pop(key, ())
-        if entries and self.queued:
+        if self.queued:
             self.flush()
         for op, deadline, everyone, n in entries:
             done = np.maximum(deadline, everyone)
@@ -251,8 +265,7 @@ class _Ranks:
             self.clock = self.clock + w + self.c.complete_host * self.factor
             waited += w
             self.stepping += self.c.stepped(op)
-        if entries:
-            self.occupy()
+        self.occupy()
         return waited
 
     def occupy(self) -> None:
@@ -266,6 +279,8 @@ class _Ranks:
 
     def apply(self) -> None:
         """The optimizer step the ops just completed apply (``SyncOp.steps``), after their wait."""
+        if not self.stepping:
+            return  # adding 0 x factor would leave the clock as it is
         self.clock = self.clock + self.stepping * self.factor
         self.stepping = 0.0
 
@@ -309,12 +324,19 @@ class _Ranks:
         for op in forward_launch.get(None, ()):
             self.launch_here(op, t)
         self.clock = self.clock + c.fwd_rest * factor
+        unit_forward = np.multiply.outer(factor, np.asarray(c.fwd, dtype=float))  # (ranks, units)
+        quiet: list[int] = []  # units passed since the last with something to do, forward not yet added
         for u in range(len(c.fwd) - 1, -1, -1):  # forward order
-            waited += self.wait((t, u))
-            for op in forward_launch.get(u, ()):  # the engine launches before it applies
-                self.launch_here(op, t)
-            self.apply()
-            self.clock = self.clock + c.fwd[u] * factor
+            if (t, u) in self.due or u in forward_launch or self.stepping:
+                self.clock = _after(self.clock, unit_forward, quiet)
+                quiet = []
+                if (w := self.wait((t, u))) is not None:
+                    waited += w
+                for op in forward_launch.get(u, ()):  # the engine launches before it applies
+                    self.launch_here(op, t)
+                self.apply()
+            quiet.append(u)
+        self.clock = _after(self.clock, unit_forward, quiet)
         ready = self.clock[:, None] + np.cumsum(c.bp)[None, :] * factor[:, None]
         hooks = np.zeros_like(self.clock)  # host work of the launches so far, on backward's thread
         for op in sorted((op for op in plan if op.launch is When.UNIT_READY), key=lambda op: op.ready_unit):
@@ -325,15 +347,18 @@ class _Ranks:
             if op.launch is When.END_OF_BACKWARD:
                 self.launch_here(op, t)
         for key in [k for k in self.due if k[0] <= t and isinstance(k[1], int)]:  # pre-hooks that did not run
-            waited += self.wait(key)
-        waited += self.wait((t, When.END_OF_BACKWARD))
+            if (w := self.wait(key)) is not None:
+                waited += w
+        if (w := self.wait((t, When.END_OF_BACKWARD))) is not None:
+            waited += w
         self.apply()
         # the step less what this plan's ops apply where they complete
         self.clock = self.clock + (c.step - sum(c.moved(op) for op in plan)) * factor
         for op in plan:
             if op.launch is When.AFTER_STEP:
                 self.launch_here(op, t)
-        waited += self.wait((t, When.AFTER_STEP))
+        if (w := self.wait((t, When.AFTER_STEP))) is not None:
+            waited += w
         self.apply()
         if self.carrier_at_step and self.queued:
             self.flush()  # its transfers take the core from the next iteration's compute (occupy)
