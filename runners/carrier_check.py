@@ -31,6 +31,22 @@ x at 4 and 16 MiB (+1.3 to +10.6 ms), 0.2-0.9 x at 1 MiB (a transfer of
 1-1.6 ms).  gloo's copies and sums run on the computing cores, so
 dreamddp/schedule/simulator.py charges the compute after a wait all of a real
 transfer still running (``occupy``), the upper end.
+
+``--after-model`` (a third measurement): does what a DreamDDP iteration does at
+its wait slow the compute after it, once it is over?  Each worker trains the
+model's compute preset (batch 8, synthetic data, SGD) in alternating chunks of
+10 iterations, ending each backward with nothing, a blocking all-reduce of
+``--after-mib`` (one iteration's units, as the deferred carrier runs it at the
+wait), a barrier (a sync point with no bytes) or a sleep of each
+``--after-sleep-ms`` (the link's deadline); rank 0 prints the medians of
+forward, backward and step, the time at the end of backward, and the mean
+forward + backward + step against the plain chunks'.  ResNet-18, 2 workers,
+12 chunks each, three runs on 2026-11-29 (1.7 MiB, sleeps of 6 and 45 ms;
+plain 96.3, 99.2, 100.8 ms): after the all-reduce +1.7, +0.9, -0.3 ms; after
+the barrier +1.0, +0.9, +0.6; after the sleeps +1.7, -0.3, -0.4 (6 ms) and
++1.3, -1.2, +0.7 (45 ms).  At most about 1% each, the size of the run-to-run
+spread: none of them is the 2.7% (3.7 ms of 137) by which DreamDDP's forward
+and backward ran over the compute-only runs' in `make bench` (results/README.md).
 """
 
 from __future__ import annotations
@@ -52,6 +68,10 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--contention-mib", type=float, nargs="*", default=[],
                    help="all-reduce sizes for the second measurement (e.g. 1 4 16)")
+    p.add_argument("--after-model", choices=["resnet18", "gpt2"], default=None,
+                   help="the third measurement on this model's compute preset")
+    p.add_argument("--after-mib", type=float, default=1.7, help="its all-reduce (one iteration's units)")
+    p.add_argument("--after-sleep-ms", type=float, nargs="*", default=[6.0, 45.0], help="its sleeps")
     a = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -76,6 +96,8 @@ def main() -> None:
               f", wait after it {1e3 * statistics.median(waits):.1f} ms", flush=True)
     if a.contention_mib:
         contention(rank, a.contention_mib, a.reps)
+    if a.after_model:
+        after(rank, a.after_model, a.after_mib, a.after_sleep_ms, a.reps)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -110,6 +132,52 @@ def contention(rank: int, sizes_mib: list[float], reps: int) -> None:
         if rank == 0:
             print(f"{mib:5.1f} MiB: compute {1e3 * c:.1f} ms alone, +{1e3 * (b - c):.1f} ms beside the all-reduce "
                   f"({1e3 * t:.1f} ms alone): slowdown / transfer {(b - c) / t:.2f}", flush=True)
+
+
+def after(rank: int, model_name: str, mib: float, sleeps_ms: list[float], chunks: int) -> None:
+    """The module docstring's third measurement."""
+    from dreamddp.data import synthetic
+    from dreamddp.models import MODELS, build_model
+    from dreamddp.models.tasks import compute_loss
+
+    torch.manual_seed(0)
+    model = build_model(model_name, "compute")
+    task = MODELS[model_name].task
+    if task == "image":
+        splits = synthetic.images(8 * 4, 0, 10)
+        batches = list(zip(splits.train_x.split(8), splits.train_y.split(8)))
+    else:
+        ids = torch.from_numpy(synthetic.tokens(8 * 4, 0, 128, model.config.vocab_size).train)
+        batches = list(ids.view(4, 8, 128))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    buf = torch.zeros(int(mib * 2**20) // 4)
+    ends = {"nothing": lambda: None, f"all-reduce {mib:g} MiB": lambda: dist.all_reduce(buf),
+            "barrier": dist.barrier}
+    ends.update({f"sleep {ms:g} ms": (lambda ms=ms: time.sleep(ms / 1e3)) for ms in sleeps_ms})
+    times: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in ends}
+    for chunk in range(chunks + 1):  # the first round warms up
+        for name, end in ends.items():
+            dist.barrier()
+            for i in range(10):
+                t0 = time.perf_counter()
+                loss = compute_loss(task, model, batches[i % len(batches)])
+                t1 = time.perf_counter()
+                loss.backward()
+                t2 = time.perf_counter()
+                end()
+                t3 = time.perf_counter()
+                opt.step()
+                opt.zero_grad(set_to_none=False)
+                if chunk and i:  # a chunk's first iteration follows the barrier
+                    times[name].append((t1 - t0, t2 - t1, time.perf_counter() - t3, t3 - t2))
+    if rank == 0:
+        plain = statistics.mean(f + b + s for f, b, s, _ in times["nothing"])
+        for name, rows in times.items():
+            f, b, s, e = (statistics.median(col) for col in zip(*rows))
+            total = statistics.mean(f + b + s for f, b, s, _ in rows)
+            print(f"{name:20s}: forward {1e3 * f:.1f} ms, backward {1e3 * b:.1f}, step {1e3 * s:.1f}, "
+                  f"at the end of backward {1e3 * e:.1f}; forward + backward + step {1e3 * total:.1f} ms "
+                  f"({1e3 * (total - plain):+.1f})", flush=True)
 
 
 if __name__ == "__main__":
