@@ -42,7 +42,8 @@ wait), a barrier (a sync point with no bytes) or a sleep of each
 forward, backward and step, the time at the end of backward, and the mean
 forward + backward + step against the plain chunks'.  ResNet-18, 2 workers,
 12 chunks each, three runs on 2026-11-29 (1.7 MiB, sleeps of 6 and 45 ms;
-plain 96.3, 99.2, 100.8 ms): after the all-reduce +1.7, +0.9, -0.3 ms; after
+plain 96.3, 99.2, 100.8 ms: forward 32-35 ms, backward 60-63, step 3.6, so
+backward / forward 1.9 and the step 6% of backward, a GPU's split): after the all-reduce +1.7, +0.9, -0.3 ms; after
 the barrier +1.0, +0.9, +0.6; after the sleeps +1.7, -0.3, -0.4 (6 ms) and
 +1.3, -1.2, +0.7 (45 ms).  At most about 1% each, the size of the run-to-run
 spread: none of them is the 2.7% (3.7 ms of 137) by which DreamDDP's forward
@@ -136,19 +137,14 @@ def contention(rank: int, sizes_mib: list[float], reps: int) -> None:
 
 def after(rank: int, model_name: str, mib: float, sleeps_ms: list[float], chunks: int) -> None:
     """The module docstring's third measurement."""
-    from dreamddp.data import synthetic
     from dreamddp.models import MODELS, build_model
     from dreamddp.models.tasks import compute_loss
+    from engine_phases import synthetic_batches
 
     torch.manual_seed(0)
     model = build_model(model_name, "compute")
     task = MODELS[model_name].task
-    if task == "image":
-        splits = synthetic.images(8 * 4, 0, 10)
-        batches = list(zip(splits.train_x.split(8), splits.train_y.split(8)))
-    else:
-        ids = torch.from_numpy(synthetic.tokens(8 * 4, 0, 128, model.config.vocab_size).train)
-        batches = list(ids.view(4, 8, 128))
+    batches = synthetic_batches(task, model, 4, 8, 128, torch.device("cpu"))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     buf = torch.zeros(int(mib * 2**20) // 4)
     ends = {"nothing": lambda: None, f"all-reduce {mib:g} MiB": lambda: dist.all_reduce(buf),

@@ -67,7 +67,7 @@ NOT_LOCAL_SGD = {"streaming_diloco": "its outer optimizer steps the averaged fra
 PHASES = ("begin", "forward", "backward", "end_backward", "step", "after_step")
 
 
-def _batches(task: str, model, n: int, batch: int, block: int, device) -> list:
+def synthetic_batches(task: str, model, n: int, batch: int, block: int, device) -> list:
     """``n`` batches of the synthetic dataset (data=synthetic's generator), on ``device``."""
     if task == "image":
         classes = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1].out_features
@@ -118,7 +118,7 @@ def measure(model_name: str, size: str, device: str, iterations: int, chunk: int
     for _ in range(2):
         torch.manual_seed(0)
         replicas.append(build_model(model_name, size).to(dev))
-    batches = _batches(task, replicas[0], chunk, batch, block, dev)
+    batches = synthetic_batches(task, replicas[0], chunk, batch, block, dev)
     # the units in the order their gradients become ready, as the trainer measures it
     units = [enumerate_units(m, lambda m=m: compute_loss(task, m, batches[0])) for m in replicas]
     algorithm = build_algorithm(cfg, ALGORITHMS.lookup(cfg.name).setup_from_profile(cfg, synthetic_profile(units[0], ratio)))

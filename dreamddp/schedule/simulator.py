@@ -250,7 +250,7 @@ class _Ranks:
 
     def wait(self, key) -> np.ndarray | None:
         """Each rank's wait at ``key``; None where nothing completes there (most forward points:
-        the simulator passes every unit's of every iteration, so that case costs no array)."""
+        the simulator passes every unit's pre-hook in every iteration, so that case costs no array)."""
         entries = self.due.pop(key, None)
         if not entries:
             return None
