@@ -48,6 +48,27 @@ the barrier +1.0, +0.9, +0.6; after the sleeps +1.7, -0.3, -0.4 (6 ms) and
 +1.3, -1.2, +0.7 (45 ms).  At most about 1% each, the size of the run-to-run
 spread: none of them is the 2.7% (3.7 ms of 137) by which DreamDDP's forward
 and backward ran over the compute-only runs' in `make bench` (results/README.md).
+It then times the same all-reduce alone (after a barrier, the ranks lined
+up and computing nothing before it, 5 warm-up rounds: what the link's
+start-up probe behind ``real_transfer_ms`` measures) and, from every rank's
+clock, how far apart the ranks reached each sync point, how long it took once
+the last had, and how much each rank's forward + backward + step varied.
+Three runs on 2026-11-29 (8 chunks each; plain 93-95 ms): the all-reduce
+alone took 3.4, 0.7, 0.7 ms; at the end of backward 2.9, 3.0, 3.5 ms
+(medians; means 3.4, 3.6, 4.3) after the last rank reached it; a barrier
+there 0.5, 0.4, 0.4.  With ``--pin-workers`` (each worker, gloo's threads too,
+on a core of its own), one run: alone 3.7 ms, at the end of backward 3.2.
+gloo moved the 1.7 MiB at two speeds, about 0.7 ms or about 3 ms, the fast
+one only in a loop of back-to-back all-reduces with each worker's threads
+free to spread over both cores (pinned, never), and right after the compute
+the slow one in every run.  The start-up probe runs such a loop and mostly
+saw the fast speed (results/bench_pin's ten runs: 0.54-0.85 ms for 1 MiB,
+and for 256 KiB 0.36-0.46 ms in four, 2.7-3.8 ms in six), so every wait
+of DreamDDP's that the link's deadline does not cover costs about 2 ms more
+than the simulator charges: the size of the 2.0 ms by which its ResNet-18
+iteration ran beyond the model in bench_pin's floating job.  The ranks'
+compute varied alike in every kind of chunk (standard deviation 3-7 ms per
+rank, with or without a sync point).
 """
 
 from __future__ import annotations
@@ -73,8 +94,12 @@ def main() -> None:
                    help="the third measurement on this model's compute preset")
     p.add_argument("--after-mib", type=float, default=1.7, help="its all-reduce (one iteration's units)")
     p.add_argument("--after-sleep-ms", type=float, nargs="*", default=[6.0, 45.0], help="its sleeps")
+    p.add_argument("--pin-workers", action="store_true",
+                   help="each worker, every thread of it (gloo's too), on a core of its own")
     a = p.parse_args()
     torch.set_num_threads(1)
+    if a.pin_workers:  # before the process group starts gloo's threads, which inherit it
+        os.sched_setaffinity(0, {int(os.environ["LOCAL_RANK"]) % os.cpu_count()})
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     flat = torch.zeros(a.collectives * a.numel)
@@ -151,6 +176,7 @@ def after(rank: int, model_name: str, mib: float, sleeps_ms: list[float], chunks
             "barrier": dist.barrier}
     ends.update({f"sleep {ms:g} ms": (lambda ms=ms: time.sleep(ms / 1e3)) for ms in sleeps_ms})
     times: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in ends}
+    marks: dict[str, list[tuple[float, float]]] = {name: [] for name in ends}  # (end of backward, sync done)
     for chunk in range(chunks + 1):  # the first round warms up
         for name, end in ends.items():
             dist.barrier()
@@ -166,6 +192,16 @@ def after(rank: int, model_name: str, mib: float, sleeps_ms: list[float], chunks
                 opt.zero_grad(set_to_none=False)
                 if chunk and i:  # a chunk's first iteration follows the barrier
                     times[name].append((t1 - t0, t2 - t1, time.perf_counter() - t3, t3 - t2))
+                    marks[name].append((t2, t3))
+    idle = []
+    for i in range(5 + 5 * chunks):  # the same all-reduce, the ranks lined up and computing nothing before it
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        if i >= 5:  # as the link's start-up probe (comm/communicator.py probe_latency), after 5 warm-up rounds
+            idle.append(time.perf_counter() - t0)
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, (times, marks))  # perf_counter: the host's monotonic clock, one per host
     if rank == 0:
         plain = statistics.mean(f + b + s for f, b, s, _ in times["nothing"])
         for name, rows in times.items():
@@ -174,6 +210,36 @@ def after(rank: int, model_name: str, mib: float, sleeps_ms: list[float], chunks
             print(f"{name:20s}: forward {1e3 * f:.1f} ms, backward {1e3 * b:.1f}, step {1e3 * s:.1f}, "
                   f"at the end of backward {1e3 * e:.1f}; forward + backward + step {1e3 * total:.1f} ms "
                   f"({1e3 * (total - plain):+.1f})", flush=True)
+        print(f"the all-reduce alone (the ranks lined up after a barrier, computing nothing before it): "
+              f"{1e3 * statistics.median(idle):.1f} ms, median of {len(idle)}", flush=True)
+        for name in ends:
+            print(f"{name:20s}: {spread([t[name] for t, _ in everyone])}", flush=True)
+            if name in ("barrier", f"all-reduce {mib:g} MiB"):
+                print(f"{'':20s}  {lined_up([m[name] for _, m in everyone])}", flush=True)
+
+
+def _ms(v: list[float]) -> str:
+    return (f"median {1e3 * statistics.median(v):.1f} ms, mean {1e3 * statistics.mean(v):.1f}, "
+            f"90th percentile {1e3 * statistics.quantiles(v, n=10)[-1]:.1f}")
+
+
+def spread(by_rank: list[list[tuple]]) -> str:
+    """How the ranks' forward + backward + step varied from iteration to iteration, and apart."""
+    compute = [[f + b + s for f, b, s, _ in rows] for rows in by_rank]
+    apart = [max(c) - min(c) for c in zip(*compute)]
+    sd = ", ".join(f"{1e3 * statistics.stdev(c):.1f}" for c in compute)
+    varied = len(compute) == 2 and all(len(set(c)) > 1 for c in compute)  # else no correlation to speak of
+    corr = f", correlation {statistics.correlation(*compute):+.2f}" if varied else ""
+    return f"compute per iteration: standard deviation by rank {sd} ms; slowest less fastest {_ms(apart)}{corr}"
+
+
+def lined_up(by_rank: list[list[tuple[float, float]]]) -> str:
+    """What a sync point at the end of backward cost: how far apart the ranks reached it, and how
+    long it took once the last had."""
+    rows = list(zip(*by_rank))
+    apart = [max(a for a, _ in r) - min(a for a, _ in r) for r in rows]
+    after = [max(d for _, d in r) - max(a for a, _ in r) for r in rows]
+    return f"ranks reached it apart by {_ms(apart)}; done after the last: {_ms(after)} ({len(rows)} sync points)"
 
 
 if __name__ == "__main__":
