@@ -48,26 +48,27 @@ the barrier +1.0, +0.9, +0.6; after the sleeps +1.7, -0.3, -0.4 (6 ms) and
 +1.3, -1.2, +0.7 (45 ms).  At most about 1% each, the size of the run-to-run
 spread: none of them is the 2.7% (3.7 ms of 137) by which DreamDDP's forward
 and backward ran over the compute-only runs' in `make bench` (results/README.md).
-It then times the same all-reduce alone (after a barrier, the ranks lined
-up and computing nothing before it, 5 warm-up rounds: what the link's
-start-up probe behind ``real_transfer_ms`` measures) and, from every rank's
+It then times the same bytes through the link's start-up probe, as the
+warm-up runs it (``Communicator.probe_latency`` after a barrier, back to back,
+nothing computed before it; the slowest rank's), and, from every rank's
 clock, how far apart the ranks reached each sync point, how long it took once
 the last had, and how much each rank's forward + backward + step varied.
-Three runs on 2026-11-29 (8 chunks each; plain 93-95 ms): the all-reduce
-alone took 3.4, 0.7, 0.7 ms; at the end of backward 2.9, 3.0, 3.5 ms
-(medians; means 3.4, 3.6, 4.3) after the last rank reached it; a barrier
-there 0.5, 0.4, 0.4.  With ``--pin-workers`` (each worker, gloo's threads too,
-on a core of its own), one run: alone 3.7 ms, at the end of backward 3.2.
+Three runs on 2026-11-29 (8 chunks each; plain 94-97 ms): the probe took 0.7,
+2.3, 0.8 ms (medians of 8 probes); at the end of backward the all-reduce took
+3.5, 2.9, 4.0 ms (medians; means 3.9, 3.5, 4.2) after the last rank reached
+it; a barrier there 0.4, 0.4, 0.3.  With ``--pin-workers`` (each worker,
+gloo's threads too, on a core of its own), one run: the probe 3.9 ms, at the
+end of backward 2.9.
 gloo moved the 1.7 MiB at two speeds, about 0.7 ms or about 3 ms, the fast
-one only in a loop of back-to-back all-reduces with each worker's threads
-free to spread over both cores (pinned, never), and right after the compute
-the slow one in every run.  The start-up probe runs such a loop and mostly
-saw the fast speed (results/bench_pin's ten runs: 0.54-0.85 ms for 1 MiB,
+one only in the probe's loop of back-to-back all-reduces with each worker's
+threads free to spread over both cores (pinned, never), and right after the
+compute the slow one in every run.  The start-up probe mostly saw the fast
+speed (results/bench_pin's ten runs: 0.54-0.85 ms for 1 MiB,
 and for 256 KiB 0.36-0.46 ms in four, 2.7-3.8 ms in six), so every wait
 of DreamDDP's that the link's deadline does not cover costs about 2 ms more
 than the simulator charges: the size of the 2.0 ms by which its ResNet-18
 iteration ran beyond the model in bench_pin's floating job.  The ranks'
-compute varied alike in every kind of chunk (standard deviation 3-7 ms per
+compute varied alike in every kind of chunk (standard deviation 3-6 ms per
 rank, with or without a sync point).
 """
 
@@ -162,8 +163,10 @@ def contention(rank: int, sizes_mib: list[float], reps: int) -> None:
 
 def after(rank: int, model_name: str, mib: float, sleeps_ms: list[float], chunks: int) -> None:
     """The module docstring's third measurement."""
+    from dreamddp.comm.communicator import Communicator
     from dreamddp.models import MODELS, build_model
     from dreamddp.models.tasks import compute_loss
+    from dreamddp.warmup import TRANSFER_PROBE
     from engine_phases import synthetic_batches
 
     torch.manual_seed(0)
@@ -193,15 +196,11 @@ def after(rank: int, model_name: str, mib: float, sleeps_ms: list[float], chunks
                 if chunk and i:  # a chunk's first iteration follows the barrier
                     times[name].append((t1 - t0, t2 - t1, time.perf_counter() - t3, t3 - t2))
                     marks[name].append((t2, t3))
-    idle = []
-    for i in range(5 + 5 * chunks):  # the same all-reduce, the ranks lined up and computing nothing before it
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_reduce(buf)
-        if i >= 5:  # as the link's start-up probe (comm/communicator.py probe_latency), after 5 warm-up rounds
-            idle.append(time.perf_counter() - t0)
+    # the same bytes through the link's start-up probe, as the warm-up runs it (dreamddp/warmup)
+    probe = Communicator()
+    idle = [probe.probe_latency(buf, **TRANSFER_PROBE, numel=buf.numel()) for _ in range(chunks)]
     everyone: list = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, (times, marks))  # perf_counter: the host's monotonic clock, one per host
+    dist.all_gather_object(everyone, (times, marks, idle))  # perf_counter: the host's monotonic clock, one per host
     if rank == 0:
         plain = statistics.mean(f + b + s for f, b, s, _ in times["nothing"])
         for name, rows in times.items():
@@ -210,12 +209,14 @@ def after(rank: int, model_name: str, mib: float, sleeps_ms: list[float], chunks
             print(f"{name:20s}: forward {1e3 * f:.1f} ms, backward {1e3 * b:.1f}, step {1e3 * s:.1f}, "
                   f"at the end of backward {1e3 * e:.1f}; forward + backward + step {1e3 * total:.1f} ms "
                   f"({1e3 * (total - plain):+.1f})", flush=True)
-        print(f"the all-reduce alone (the ranks lined up after a barrier, computing nothing before it): "
-              f"{1e3 * statistics.median(idle):.1f} ms, median of {len(idle)}", flush=True)
+        probed = [max(p) for p in zip(*(i for _, _, i in everyone))]  # the slowest rank's, as the warm-up keeps
+        print(f"the all-reduce alone, as the link's start-up probe times it (after a barrier, back to back, "
+              f"nothing computed before it): {1e3 * statistics.median(probed):.1f} ms, median of {len(probed)} "
+              f"probes", flush=True)
         for name in ends:
-            print(f"{name:20s}: {spread([t[name] for t, _ in everyone])}", flush=True)
+            print(f"{name:20s}: {spread([t[name] for t, _, _ in everyone])}", flush=True)
             if name in ("barrier", f"all-reduce {mib:g} MiB"):
-                print(f"{'':20s}  {lined_up([m[name] for _, m in everyone])}", flush=True)
+                print(f"{'':20s}  {lined_up([m[name] for _, m, _ in everyone])}", flush=True)
 
 
 def _ms(v: list[float]) -> str:

@@ -21,6 +21,7 @@ from dreamddp.schedule.profile import Profile
 from dreamddp.warmup.profiler import measure_profile
 
 CALIBRATION_ITERATIONS = 3  # timed passes behind a comm/backward-ratio link rate
+TRANSFER_PROBE = {"repeats": 5, "warmup": 1}  # probe_latency rounds of each real_transfer size (median of repeats)
 
 
 def check(warmup_cfg) -> None:
@@ -58,7 +59,7 @@ class Warmup:
         if self.comm.carrier not in QUEUED:
             return None
         like = self.engine.units[0].params[0]
-        secs = torch.tensor([self.comm.probe_latency(like, repeats=5, warmup=1, numel=b // like.element_size(),
+        secs = torch.tensor([self.comm.probe_latency(like, **TRANSFER_PROBE, numel=b // like.element_size(),
                                                      kind=kind)
                              for b in PROBE_BYTES], dtype=torch.float64)
         self.comm.all_reduce_max(secs)
