@@ -175,7 +175,8 @@ def after(rank: int, model_name: str, mib: float, sleeps_ms: list[float], chunks
     batches = synthetic_batches(task, model, 4, 8, 128, torch.device("cpu"))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     buf = torch.zeros(int(mib * 2**20) // 4)
-    ends = {"nothing": lambda: None, f"all-reduce {mib:g} MiB": lambda: dist.all_reduce(buf),
+    all_reduce = f"all-reduce {mib:g} MiB"
+    ends = {"nothing": lambda: None, all_reduce: lambda: dist.all_reduce(buf),
             "barrier": dist.barrier}
     ends.update({f"sleep {ms:g} ms": (lambda ms=ms: time.sleep(ms / 1e3)) for ms in sleeps_ms})
     times: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in ends}
@@ -215,7 +216,7 @@ def after(rank: int, model_name: str, mib: float, sleeps_ms: list[float], chunks
               f"probes", flush=True)
         for name in ends:
             print(f"{name:20s}: {spread([t[name] for t, _, _ in everyone])}", flush=True)
-            if name in ("barrier", f"all-reduce {mib:g} MiB"):
+            if name in ("barrier", all_reduce):
                 print(f"{'':20s}  {lined_up([m[name] for _, m, _ in everyone])}", flush=True)
 
 
@@ -239,8 +240,8 @@ def lined_up(by_rank: list[list[tuple[float, float]]]) -> str:
     long it took once the last had."""
     rows = list(zip(*by_rank))
     apart = [max(a for a, _ in r) - min(a for a, _ in r) for r in rows]
-    after = [max(d for _, d in r) - max(a for a, _ in r) for r in rows]
-    return f"ranks reached it apart by {_ms(apart)}; done after the last: {_ms(after)} ({len(rows)} sync points)"
+    done = [max(d for _, d in r) - max(a for a, _ in r) for r in rows]
+    return f"ranks reached it apart by {_ms(apart)}; done after the last: {_ms(done)} ({len(rows)} sync points)"
 
 
 if __name__ == "__main__":

@@ -248,12 +248,11 @@ class _Ranks:
                 self.real_done[self.queued[i][0]] = end
         self.real_free, self.queued = end, []
 
-    def wait(self, key) -> np.ndarray | None:
-        """Each rank's wait at ``key``; None where nothing completes there (most forward points:
-        the simulator passes every unit's pre-hook in every iteration, so that case costs no array)."""
+    def wait(self, key) -> np.ndarray | float:
+        """Each rank's wait at ``key``; 0.0 where nothing completes there (no array to allocate)."""
         entries = self.due.pop(key, None)
         if not entries:
-            return None
+            return 0.0
         waited = np.zeros_like(self.clock)
         if self.queued:
             self.flush()
@@ -330,8 +329,7 @@ class _Ranks:
             if (t, u) in self.due or u in forward_launch or self.stepping:
                 self.clock = _after(self.clock, unit_forward, quiet)
                 quiet = []
-                if (w := self.wait((t, u))) is not None:
-                    waited += w
+                waited += self.wait((t, u))
                 for op in forward_launch.get(u, ()):  # the engine launches before it applies
                     self.launch_here(op, t)
                 self.apply()
@@ -347,18 +345,15 @@ class _Ranks:
             if op.launch is When.END_OF_BACKWARD:
                 self.launch_here(op, t)
         for key in [k for k in self.due if k[0] <= t and isinstance(k[1], int)]:  # pre-hooks that did not run
-            if (w := self.wait(key)) is not None:
-                waited += w
-        if (w := self.wait((t, When.END_OF_BACKWARD))) is not None:
-            waited += w
+            waited += self.wait(key)
+        waited += self.wait((t, When.END_OF_BACKWARD))
         self.apply()
         # the step less what this plan's ops apply where they complete
         self.clock = self.clock + (c.step - sum(c.moved(op) for op in plan)) * factor
         for op in plan:
             if op.launch is When.AFTER_STEP:
                 self.launch_here(op, t)
-        if (w := self.wait((t, When.AFTER_STEP))) is not None:
-            waited += w
+        waited += self.wait((t, When.AFTER_STEP))
         self.apply()
         if self.carrier_at_step and self.queued:
             self.flush()  # its transfers take the core from the next iteration's compute (occupy)
