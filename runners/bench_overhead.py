@@ -15,7 +15,8 @@ from bench_segments import OPT_IN
 from dreamddp.results.spread import median_spread
 
 # engine-overhead ratios (same job); an opt-in segment's only where its job ran it
-OVERHEAD = [("ssgd@ideal", "ddp@ideal"), ("ascwfbp@ideal", "ddp@ideal"), ("nosync@ideal", "plain@ideal")]
+OVERHEAD = [("ssgd@ideal", "ddp@ideal"), ("ssgd@ideal", "ddp+1bucket@ideal"), ("ascwfbp@ideal", "ddp@ideal"),
+            ("nosync@ideal", "plain@ideal")]
 PHASES = ("forward", "backward", "step and the rest")
 
 
@@ -31,7 +32,7 @@ def engine_overhead(reps: dict) -> dict:
     ran = {label for s in reps.values() for label in s}
     return {overhead_key(a, b): median_spread([bp.mean_iteration(s[a]) / bp.mean_iteration(s[b])
                                                for s in reps.values() if a in s and b in s])
-            for a, b in OVERHEAD if a in ran or a not in OPT_IN}
+            for a, b in OVERHEAD if all(x in ran or x not in OPT_IN for x in (a, b))}
 
 
 def _phase_ms(rec: dict) -> tuple[float, float, float]:

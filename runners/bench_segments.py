@@ -8,6 +8,9 @@ from __future__ import annotations
 import os
 
 
+ONE_BUCKET_MB = 1_000_000  # DDP's bucket cap that no model here reaches (1 TB)
+
+
 def segments(bucket_mb: float) -> list[dict]:
     """The timed segments on the emulated link, then the engine-overhead ones on the ideal link."""
     def seg(label, overrides, link="emulated", **kw):
@@ -56,6 +59,10 @@ def segments(bucket_mb: float) -> list[dict]:
         seg("flsgd+hold", ["algo=flsgd", "bandwidth.hold_core=true"], opt_in=True),
         seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
         seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
+        # opt-in: S-SGD's like for like, DDP with one bucket (a cap above any model's size), so its one
+        # all-reduce starts once backward has made every gradient, as S-SGD's does
+        seg("ddp+1bucket@ideal", ["algo=ddp", f"algo.bucket_cap_mb={ONE_BUCKET_MB}"], "ideal", memory=False,
+            opt_in=True),
         # opt-in: DDP's like for like (buckets all-reduced as backward makes them), where S-SGD
         # all-reduces after backward by definition
         seg("ascwfbp@ideal", ["algo=ascwfbp", buckets], "ideal", memory=False, opt_in=True),

@@ -137,6 +137,9 @@ def targets(judged: dict, args: dict) -> list[str]:
         over = j["over"].get("ssgd / ddp")
         line(f"ssgd <= 1.05 x ddp ({model})", fmt_spread(over, 3), over is not None and over[0] <= 1.05,
              ran=over is not None)
+        one = j["over"].get("ssgd / ddp+1bucket")  # S-SGD's like for like, where the job ran it
+        if one is not None:
+            line(f"ssgd <= 1.05 x ddp with one bucket ({model})", fmt_spread(one, 3), one[0] <= 1.05)
         mem = j["memory"]
         if mem.get("dreamddp") and mem.get("plain@ideal"):
             r = mem["dreamddp"] / mem["plain@ideal"]

@@ -124,9 +124,10 @@ group_reps() {
   want resnet && bench resnet18 resnet18 3 $ITERS --no-memory "${SET[@]}" data=synthetic
   bench gpt2 gpt2 3 $ITERS ${REPS_OPTS:-} "${SET[@]}" $ONE
 }
-# DDP against its like for like (ASC-WFBP: buckets all-reduced during backward) and S-SGD, ideal link
+# DDP against its like for like (ASC-WFBP: buckets all-reduced during backward), and S-SGD against
+# its own (DDP with one bucket, all-reduced after backward), ideal link
 group_ddp() {
-  bench gpt2_ddp gpt2 3 $ITERS --no-memory --only ddp@ideal ssgd@ideal ascwfbp@ideal "${SET[@]}" $ONE
+  bench gpt2_ddp gpt2 3 $ITERS --no-memory --only ddp@ideal ddp+1bucket@ideal ssgd@ideal ascwfbp@ideal "${SET[@]}" $ONE
 }
 # the engine's overhead with the GPU not shared: one worker, nosync against plain, 3 repetitions
 # (ResNet-18's first and whatever STEPS says: its 11 ms iteration is the one 20 iterations could not resolve)

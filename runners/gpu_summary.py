@@ -153,12 +153,13 @@ def overhead_table(folders: dict, jobs: dict) -> list[str]:
              "Iteration time ratios inside each repetition, median (min-max) over the job's repetitions. Goals "
              "(issue 23): ssgd <= 1.05 x DDP, nosync <= 1.03 x plain. S-SGD all-reduces after backward by "
              "definition; DDP all-reduces its buckets during backward, as ASC-WFBP does (the like-for-like "
-             "pair). Last column: where nosync's time differs from plain's, by phase (medians over the "
+             "pair); DDP with one bucket (ddp+1bucket) all-reduces after backward, as S-SGD does (its "
+             "like for like). Last column: where nosync's time differs from plain's, by phase (medians over the "
              "repetitions; spreads in the job's README): its hooks run in backward, its flat zeroing and "
              "accounting in the rest, nothing of it in forward, whose difference is the phases' own noise.", "",
-             "| job | model | workers | repetitions | ssgd / ddp | ascwfbp / ddp | nosync / plain "
-             "| nosync less plain, ms: forward / backward / rest |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| job | model | workers | repetitions | " + " | ".join(OVERHEAD_COLUMNS)
+             + " | nosync less plain, ms: forward / backward / rest |",
+             "|---|---|---|---|" + "---|" * len(OVERHEAD_COLUMNS) + "---|"]
     for card, dirs in folders.items():
         for d in dirs:
             for model, reps in jobs[d].items():

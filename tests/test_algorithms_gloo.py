@@ -140,3 +140,30 @@ def test_partial_sync_units_bitwise_equal_after_sync_and_each_once_per_window(na
             extra = {u: c for u, c in counts.items() if c != 1}
             assert extra == extra_syncs
     assert not torch.equal(finals[0], finals[1])  # the local step after the average: replicas differ
+
+
+def _ddp_bucket_counts(rank, world):
+    """How many buckets DDP all-reduced per iteration (torch's own logging data), built by our
+    ddp algorithm with torch's default cap and with one above the model's size."""
+    from types import SimpleNamespace
+
+    from dreamddp.algorithms.ddp import DDP
+
+    counts = []
+    for cap in (None, 1_000_000.0):  # runners/bench_segments.ONE_BUCKET_MB's size
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*(torch.nn.Linear(512, 512) for _ in range(3)))  # 3 MiB: above the 1 MiB first bucket
+        cfg = DDP.Config(name="ddp", bucket_cap_mb=cap)
+        _, ddp = DDP.make_engine(model, enumerate_units(model), None, SimpleNamespace(device=torch.device("cpu")),
+                                 sample_every=1, cfg=cfg)
+        for t in range(3):  # DDP rebuilds its buckets after the first iteration
+            ddp(torch.randn(4, 512, generator=torch.Generator().manual_seed(1000 * rank + t))).sum().backward()
+        counts.append(ddp._get_ddp_logging_data()["num_buckets_reduced"])
+    return counts
+
+
+def test_ddp_bucket_cap_above_the_model_gives_one_bucket():
+    """algo.bucket_cap_mb reaches DDP: torch's default splits a 3 MiB model (first bucket 1 MiB),
+    a cap above its size makes one bucket, all-reduced after backward as S-SGD's one all-reduce."""
+    for counts in run_workers(_ddp_bucket_counts, 2):
+        assert counts == [2, 1]

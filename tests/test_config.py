@@ -164,6 +164,7 @@ BAD = [
     (["algo.H=0"], "algo.H=0: must be >= 1"),
     (["algo=ascwfbp", "algo.bucket_mb=0"], "algo.bucket_mb=0.0: must be > 0"),
     (["algo=dear", "algo.bucket_mb=-1"], "algo.bucket_mb=-1.0: must be > 0"),
+    (["algo=ddp", "algo.bucket_cap_mb=0"], "algo.bucket_cap_mb=0.0: must be > 0"),
     (["algo=dreamddp", "algo.schedule=/x.json"], "algo.schedule=/x.json: file not found"),
     (["warmup.profile_iterations=0"], "warmup.profile_iterations=0: must be >= 1"),
     (["algo=streaming_diloco", "algo.tau=10"], "algo.tau=10: must be between 0 and algo.H-1=9"),

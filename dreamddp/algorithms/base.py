@@ -126,12 +126,12 @@ class Algorithm:
 
     # ---- how the trainer runs the model ----
     @classmethod
-    def make_engine(cls, model, units, comm, ctx, *, sample_every: int, grad_clip: float = 0.0):
+    def make_engine(cls, model, units, comm, ctx, *, sample_every: int, grad_clip: float = 0.0, cfg=None):
         """The engine the trainer drives and the module it runs forward/backward on: the
         partial-sync engine on the model itself (starting with nothing to sync: warm-up
         passes run first, then ``set_algorithm``), with every replica starting from rank
         0's parameters, as DDP does (``grad_clip``: train.grad_clip, which plans may depend
-        on).  Algorithms that sync by themselves override it."""
+        on; ``cfg``: the run's ``algo`` options).  Algorithms that sync by themselves override it."""
         from dreamddp.algorithms.nosync import NoSync
         from dreamddp.engine.engine import PartialSyncEngine
 

@@ -140,7 +140,7 @@ class Run:
         # The algorithm decides what runs the model: the partial-sync engine, or DDP's own wrapper.
         self.engine, self.train_model = self.algo_cls.make_engine(self.model, self.units, self.comm, ctx,
                                                                   sample_every=max(1, cfg.algo.H),
-                                                                  grad_clip=cfg.train.grad_clip)
+                                                                  grad_clip=cfg.train.grad_clip, cfg=cfg.algo)
         self.optimizer = build_optimizer(tc, self.model.parameters(), self.algo_cls.optimizer_name(cfg.algo, tc))
         self.lr_schedule = build_lr_schedule(tc, self.optimizer)
 
