@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -142,7 +145,7 @@ def test_partial_sync_units_bitwise_equal_after_sync_and_each_once_per_window(na
     assert not torch.equal(finals[0], finals[1])  # the local step after the average: replicas differ
 
 
-def _ddp_bucket_counts(rank, world):
+def _ddp_bucket_counts(rank, world, one_bucket_mb):
     """How many buckets DDP all-reduced per iteration (torch's own logging data), built by our
     ddp algorithm with torch's default cap and with one above the model's size."""
     from types import SimpleNamespace
@@ -150,7 +153,7 @@ def _ddp_bucket_counts(rank, world):
     from dreamddp.algorithms.ddp import DDP
 
     counts = []
-    for cap in (None, 1_000_000.0):  # runners/bench_segments.ONE_BUCKET_MB's size
+    for cap in (None, float(one_bucket_mb)):
         torch.manual_seed(0)
         model = torch.nn.Sequential(*(torch.nn.Linear(512, 512) for _ in range(3)))  # 3 MiB: above the 1 MiB first bucket
         cfg = DDP.Config(name="ddp", bucket_cap_mb=cap)
@@ -162,8 +165,10 @@ def _ddp_bucket_counts(rank, world):
     return counts
 
 
-def test_ddp_bucket_cap_above_the_model_gives_one_bucket():
+def test_ddp_bucket_cap_above_the_model_gives_one_bucket(monkeypatch):
     """algo.bucket_cap_mb reaches DDP: torch's default splits a 3 MiB model (first bucket 1 MiB),
-    a cap above its size makes one bucket, all-reduced after backward as S-SGD's one all-reduce."""
-    for counts in run_workers(_ddp_bucket_counts, 2):
+    the benchmark's ddp+1bucket cap makes one bucket, all-reduced after backward as S-SGD's one all-reduce."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "runners"))
+    one_bucket_mb = importlib.import_module("bench_segments").ONE_BUCKET_MB
+    for counts in run_workers(_ddp_bucket_counts, 2, one_bucket_mb):
         assert counts == [2, 1]

@@ -39,8 +39,7 @@ class DDP(Algorithm):
     @classmethod
     def check(cls, cfg) -> None:
         super().check(cfg)
-        if cfg.bucket_cap_mb is not None:
-            positive("algo.bucket_cap_mb", cfg.bucket_cap_mb)
+        positive("algo.bucket_cap_mb", cfg.bucket_cap_mb, optional=True)
 
     @classmethod
     def make_engine(cls, model, units, comm, ctx, *, sample_every: int, grad_clip: float = 0.0, cfg=None):
