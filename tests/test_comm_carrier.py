@@ -145,3 +145,39 @@ def test_the_step_carrier_starts_what_is_queued_when_the_iteration_ends():
         assert any(queued_d)  # deferred: the late all-reduce waits in the queue for the next wait
         assert not any(queued_s)  # step: started as the iteration ended
         torch.testing.assert_close(params_s, params_d, rtol=1e-5, atol=1e-6)
+
+
+class _Done:
+    """A real collective's work that finished at once."""
+
+    def wait(self):
+        return True
+
+    def is_completed(self):
+        return True
+
+
+def test_a_refused_start_fails_the_collectives_queued_behind_it():
+    """The backend refuses the second of three queued collectives (a peer gone): the first
+    completes, the other two raise at their wait instead of returning unaveraged buffers."""
+    from dreamddp.comm.carrier import DeferredCarrier
+    from dreamddp.comm.handle import CollectiveRecord, Handle
+
+    def refuse():
+        raise RuntimeError("connection reset by peer")
+
+    carrier = DeferredCarrier(all_reduce=None)  # every buffer its own storage: nothing merged
+    starts = [_Done, refuse, _Done]
+    handles = []
+    for i, start_op in enumerate(starts):
+        record = CollectiveRecord("all_reduce", f"op{i}", 400_000, 400_000.0, 0.0, 0.0, 0.0)
+        handle = Handle(record, issue=carrier.start)
+        carrier.add(handle, "all_reduce", torch.zeros(100_000), start_op, None)
+        handles.append(handle)
+    with pytest.raises(RuntimeError, match="connection reset"):
+        handles[0].wait()  # its wait starts the queue; the refusal surfaces here first
+    assert handles[0].done() and handles[0].wait() >= 0.0
+    for h in handles[1:]:
+        assert h.done()  # a poller is sent to wait(), which says why
+        with pytest.raises(RuntimeError, match=f"{h.record.tag}' never started.*connection reset"):
+            h.wait()

@@ -363,3 +363,18 @@ def test_late_averages_saved_for_other_buffers_are_a_one_line_error():
     with pytest.raises(ValueError, match="late average of units .* holds .* kind of device"):
         padded.algorithm.load_state_dict(state)
     assert not padded.in_flight()
+
+
+def test_switching_algorithms_with_averages_still_to_merge_is_refused():
+    """A late average belongs to the algorithm that launched it: switching before it merged
+    would hand it to the new algorithm's merge.  Once merged, the switch goes through."""
+    model = small_model()
+    engine = PartialSyncEngine(model, enumerate_units(model), FakeCommunicator(world_size=2, peer_fn=peer),
+                               algorithm(1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    engine_step(engine, model, opt, 0)  # unit 4's average launched late, merged in iteration 1
+    with pytest.raises(RuntimeError, match=r"set_algorithm: 1 collective\(s\) of DreamDDP.*iteration 1"):
+        engine.set_algorithm(algorithm(0))
+    engine_step(engine, model, opt, 1)  # merged
+    engine.set_algorithm(algorithm(0))
+    engine_step(engine, model, opt, 2)

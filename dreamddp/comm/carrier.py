@@ -93,14 +93,23 @@ class DeferredCarrier:
         self._queue.append(Pending(handle, kind, tensor, start_op, post))
 
     def start(self) -> None:
-        """Start every queued collective (a handle's first wait calls this)."""
+        """Start every queued collective (a handle's first wait calls this).
+
+        If the backend refuses one (a peer gone), the ones not started yet fail with
+        it: left unstarted, a later wait would find nothing to start and return an
+        unaveraged buffer as if averaged."""
         queue, self._queue = self._queue, []
-        for real in carried([slot(p) for p in queue]):
-            runs = [[queue[i] for i in run] for run in real.runs]
-            if real.packed:
-                self._start_packed([(_span_of(r), r) for r in runs])
-            else:
-                self._start_in_place(runs[0])
+        try:
+            for real in carried([slot(p) for p in queue]):
+                runs = [[queue[i] for i in run] for run in real.runs]
+                if real.packed:
+                    self._start_packed([(_span_of(r), r) for r in runs])
+                else:
+                    self._start_in_place(runs[0])
+        except BaseException as error:
+            for p in queue:
+                p.handle.failed(error)
+            raise
 
     def _start_in_place(self, run: list[Pending]) -> None:
         if len(run) == 1:

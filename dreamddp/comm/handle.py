@@ -69,14 +69,21 @@ class Handle:
         self._reserve = reserve
         self._lock = threading.Lock()
         self._finished = False
+        self._error: BaseException | None = None  # its real work could not start (deferred carrier)
 
     def started(self, work, post: Callable[[], None] | None) -> None:
         """The deferred carrier started this collective's real work (and its post-op)."""
         self._work, self._post, self._issue = work, post, None
 
+    def failed(self, error: BaseException) -> None:
+        """The deferred carrier could not start this collective (nothing if it did): its
+        wait raises ``error`` rather than return a buffer nobody averaged."""
+        if self._issue is not None:
+            self._error, self._issue = error, None
+
     def done(self) -> bool:
         work = self._work  # local: a concurrent wait() may clear the attribute
-        if self._finished:
+        if self._finished or self._error is not None:  # an error: wait() says which
             return True
         if self._issue is not None or (work is not None and not work.is_completed()):
             return False
@@ -94,6 +101,9 @@ class Handle:
                 return 0.0
             if self._issue is not None:
                 self._issue()
+            if self._error is not None:
+                raise RuntimeError(f"collective {self.record.kind} {self.record.tag!r} never started: "
+                                   f"the backend refused a collective queued with it ({self._error})") from self._error
             if self._work is not None:
                 self._work.wait()  # asleep even when holding: the backend's threads need the core
                 if self._device_sync is not None:
