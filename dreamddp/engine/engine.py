@@ -97,10 +97,10 @@ class PartialSyncEngine:
         """Switch algorithms between iterations (after warm-up passes, for example)."""
         if self.t >= 0:
             self.flush()
-        if self._due:  # a late average lands for the old algorithm's merge; the new one's would misapply it
-            first = min(key[0] for key in self._due)
-            raise RuntimeError(f"set_algorithm: {sum(map(len, self._due.values()))} collective(s) of {type(self.algorithm).__name__} "
-                               f"are still to merge (from iteration {first}: algo.merge_delay); switch once they have")
+        if waiting := self.in_flight():  # late averages: the old algorithm's merge, the new one's would misapply them
+            raise RuntimeError(f"set_algorithm: {len(waiting)} collective(s) of {type(self.algorithm).__name__} are "
+                               f"still to merge (from iteration {min(due for due, _ in waiting)}: algo.merge_delay); "
+                               "switch once they have")
         self.algorithm = algorithm
         self._plan_index.clear()
         if algorithm.uses_forward_hooks and not self._forward_hooked:
