@@ -76,7 +76,7 @@ def engine_ops(cfg, profile, world: int, iterations: int, grad_clip: float = 0.0
     cls = ALGORITHMS.lookup(cfg.name)
     algo = build_algorithm(cfg, cls.setup_from_profile(cfg, profile, 0.0))  # as the warm-up would make it
     comm = FakeCommunicator(world_size=world)
-    engine, train_model = cls.make_engine(net, units, comm, None, sample_every=0, grad_clip=grad_clip)
+    engine, train_model = cls.make_engine(net, units, comm, None, cfg=cfg, sample_every=0, grad_clip=grad_clip)
     engine.set_algorithm(algo)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(1)

@@ -126,7 +126,7 @@ class Algorithm:
 
     # ---- how the trainer runs the model ----
     @classmethod
-    def make_engine(cls, model, units, comm, ctx, *, sample_every: int, grad_clip: float = 0.0, cfg=None):
+    def make_engine(cls, model, units, comm, ctx, *, cfg, sample_every: int, grad_clip: float = 0.0):
         """The engine the trainer drives and the module it runs forward/backward on: the
         partial-sync engine on the model itself (starting with nothing to sync: warm-up
         passes run first, then ``set_algorithm``), with every replica starting from rank

@@ -42,10 +42,10 @@ class DDP(Algorithm):
         positive("algo.bucket_cap_mb", cfg.bucket_cap_mb, optional=True)
 
     @classmethod
-    def make_engine(cls, model, units, comm, ctx, *, sample_every: int, grad_clip: float = 0.0, cfg=None):
+    def make_engine(cls, model, units, comm, ctx, *, cfg, sample_every: int, grad_clip: float = 0.0):
         """DDP around the model (its constructor broadcasts rank 0's parameters), driven
         through the engine's lifecycle calls; every gradient, every iteration, for the record."""
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None  # workers may share a GPU
-        cap = {} if cfg is None or cfg.bucket_cap_mb is None else {"bucket_cap_mb": cfg.bucket_cap_mb}
+        cap = {} if cfg.bucket_cap_mb is None else {"bucket_cap_mb": cfg.bucket_cap_mb}
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **cap)
         return passthrough.PassthroughEngine(ddp, units, sum(u.nbytes for u in units), grad_clip), ddp

@@ -20,6 +20,6 @@ class Plain(Algorithm):
     display = Display(95)
 
     @classmethod
-    def make_engine(cls, model, units, comm, ctx, *, sample_every: int, grad_clip: float = 0.0, cfg=None):
+    def make_engine(cls, model, units, comm, ctx, *, cfg, sample_every: int, grad_clip: float = 0.0):
         """The bare model behind the engine's lifecycle calls: no hooks, no flat buffers."""
         return passthrough.PassthroughEngine(model, units, 0, grad_clip), model

@@ -138,9 +138,9 @@ class Run:
         self.comm = Communicator(link=self.link, carrier=self.link.carrier(cfg.bandwidth.carrier, ctx.device, late),
                                  hold_core=self.link.hold_core(cfg.bandwidth.hold_core, ctx.device, contended))
         # The algorithm decides what runs the model: the partial-sync engine, or DDP's own wrapper.
-        self.engine, self.train_model = self.algo_cls.make_engine(self.model, self.units, self.comm, ctx,
+        self.engine, self.train_model = self.algo_cls.make_engine(self.model, self.units, self.comm, ctx, cfg=cfg.algo,
                                                                   sample_every=max(1, cfg.algo.H),
-                                                                  grad_clip=cfg.train.grad_clip, cfg=cfg.algo)
+                                                                  grad_clip=cfg.train.grad_clip)
         self.optimizer = build_optimizer(tc, self.model.parameters(), self.algo_cls.optimizer_name(cfg.algo, tc))
         self.lr_schedule = build_lr_schedule(tc, self.optimizer)
 
