@@ -45,7 +45,8 @@ def memory(jobs: list[dict], model: str) -> dict[str, float]:
 
 # results/gpu's benchmark folders, one per machine lent (runs 1-3 with the link reserved at the host's launch)
 DEVICES = (("H200 runs 1-3", "bench"), ("H100 run 4", "h100"), ("H200 run 5", "h200"), ("H200 run 6", "h200_run6"),
-           ("H200 run 7", "h200_run7"), ("H200 run 8", "h200_run8"), ("H100 run 9", "h100_run9"))
+           ("H200 run 7", "h200_run7"), ("H200 run 8", "h200_run8"), ("H100 run 9", "h100_run9"),
+           ("H200 run 10", "h200_run10"))
 
 
 def where(pattern: str) -> str:

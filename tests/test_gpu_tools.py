@@ -59,7 +59,8 @@ def test_profile_tables_regenerate_from_the_committed_profiles(tmp_path, model):
 def test_gpu_bench_reports_regenerate_from_their_records(tmp_path):
     bench_report = importlib.import_module("bench_report")
     for name in ("bench/gpt2", "bench/resnet18", "h100/gpt2", "h100/gpt2_ddp", "h100/resnet18_single", "h200/gpt2",
-                 "h200/resnet18_single", "h200_run6/gpt2_overlap_plan", "h100_run9/gpt2"):
+                 "h200/resnet18_single", "h200_run6/gpt2_overlap_plan", "h100_run9/gpt2",
+                 "h200_run10/gpt2", "h200_run10/gpt2_ddp"):
         bench_report.write(str(GPU / name / "runs"), str(tmp_path / name))
         assert (tmp_path / name / "README.md").read_text() == (GPU / name / "README.md").read_text()
 
