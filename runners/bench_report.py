@@ -185,7 +185,8 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
     m = rec["extra"].get("model", {})
     lines = [
         f"## {model}: {rec['config']['model']['name']}/{rec['config']['model']['size']} on {rec['config']['data']['name']}, "
-        f"{world} worker{'s' if world > 1 else ''}, H={rec['config']['algo']['H']}",
+        f"batch {rec['config']['train']['batch_size']} per worker, {world} worker{'s' if world > 1 else ''}, "
+        f"H={rec['config']['algo']['H']}",
         "",
         f"{len(reps)} repetitions, {rec['summary']['iterations']} iterations per run ({rec['summary']['timed_iterations']} timed). "
         + (f"{m['parameters'] / 1e6:.2f}M parameters, {m['edge_share']:.1%} of bytes in embeddings/head. " if m else "")
@@ -313,7 +314,7 @@ def write(runs: str, out: str) -> None:
     args = made["args"]
     data = load(runs)
     seconds = sum(job_seconds(segs) for reps in data.values() for segs in reps.values())
-    target = {"compute": "make bench", "small": "make bench-skew", "paper": "runners/gpu_run.sh on a GPU"}.get(
+    target = {"headline": "make bench", "small": "make bench-skew", "paper": "runners/gpu_run.sh on a GPU"}.get(
         args.get("preset", "compute"), "runners/bench.py")
     lines = [f"# Benchmark: every algorithm side by side (`{target}`)", "",
              "Made by `python runners/bench.py` " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in args.items()

@@ -131,3 +131,28 @@ def test_a_set_some_run_cannot_take_is_refused_before_any_job_starts(tmp_path, o
     assert done.stderr.strip() == next(line for line in done.stderr.splitlines() if line.startswith("error:"))
     assert done.stderr.strip().startswith(message), done.stderr
     assert not out.exists()
+
+
+def test_make_bench_times_every_window_position_alike_and_its_presets_stay_what_studies_ran(monkeypatch):
+    """make bench (--preset headline): each model's timed iterations are whole H-windows (a window's
+    iterations differ in exposed wait), ResNet-18 runs at batch 32 and a --set still wins over it;
+    --preset compute, which the committed studies' commands ran, keeps the model presets' batch and
+    44 iterations."""
+    monkeypatch.syspath_prepend(str(ROOT / "runners"))
+    from dreamddp.run.summary import warmup_cut
+
+    bench_module = importlib.import_module("bench")
+    for preset, want in (("headline", {"gpt2": 22, "resnet18": 33}), ("compute", {"gpt2": 44, "resnet18": 44})):
+        for model, iterations in want.items():
+            for extra in ([], ["--set", "train.batch_size=16"]):
+                args = bench_module.parse_args(["--preset", preset, "--models", model, *extra])
+                spec = bench_module.job_spec(args, model, 0, "unused")
+                assert spec["iterations"] == iterations
+                assert (iterations - warmup_cut(iterations)) % args.H == 0
+                batches = [o for o in spec["base"] if o.startswith("train.batch_size=")]
+                if extra:  # the last override wins in Hydra's composition
+                    assert batches[-1] == "train.batch_size=16"
+                else:
+                    assert batches == (["train.batch_size=32"] if (preset, model) == ("headline", "resnet18") else [])
+    args = bench_module.parse_args(["--preset", "headline", "--iterations", "12"])
+    assert bench_module.job_spec(args, "gpt2", 0, "unused")["iterations"] == 12
