@@ -2,7 +2,8 @@
 
 ``make bench`` interleaves its runs one H-window at a time (``--chunk`` = H):
 every algorithm samples the same slow and fast spells of a shared host.  With
-44 iterations per run that is 4 timed windows per run, and this host's slow
+44 iterations per run (``--preset compute``, as these jobs run) that is 4 timed
+windows per run (make bench's: 2 on GPT-2, 3 on ResNet-18), and this host's slow
 spells last seconds: a spell that falls on one run's window moves that run's
 mean compute by several percent, and the simulator, which charges every run
 the compute-only runs' compute, reads it as its own error.  This study runs
