@@ -67,7 +67,7 @@ COMPUTE = {
 }
 MODELS = {
     "compute": COMPUTE,
-    # make bench's two jobs, which share its 45 minutes on 2 cores (38 min measured): ResNet-18 at
+    # make bench's two jobs, which share its 45 minutes on 2 cores (32 min on 2026-11-30): ResNet-18 at
     # batch 32 (the preset's learning rate), where DreamDDP's fixed cost per iteration (its host
     # work, the ranks' skew, gloo's transfer on the cores) weighs a quarter of what it does at the
     # preset's batch 8 (results/bench_resnet_batch32: FLSGD / DreamDDP 1.28 there, 1.21 at batch 8,
@@ -133,7 +133,7 @@ def job_spec(args, model: str, rep: int, out: str) -> dict:
         "segments": rotated([s for s in segments(MODELS[args.preset][model]["bucket_mb"])
                              if (s["label"] in args.only if args.only else not s.get("opt_in"))], rep),
         "ratio": args.ratio,
-        "iterations": args.iterations or MODELS[args.preset][model].get("iterations", 44),
+        "iterations": MODELS[args.preset][model].get("iterations", 44) if args.iterations is None else args.iterations,
         "chunk": args.chunk or args.H,  # iterations of one segment per turn when they are interleaved
         "calibration_iterations": args.calibration_iterations,
         "memory": rep == 0 and not args.no_memory,

@@ -157,6 +157,10 @@ def times_to_target(reps: dict) -> tuple[float | None, dict]:
     return target, out
 
 
+def _batch(rec: dict) -> str:
+    return f"batch {rec['config']['train']['batch_size']} per worker"
+
+
 def _split(segs: dict) -> str:
     rows = bp.timed(segs[bp.NOSYNC]) if bp.NOSYNC in segs else []
     if not rows:
@@ -185,7 +189,7 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
     m = rec["extra"].get("model", {})
     lines = [
         f"## {model}: {rec['config']['model']['name']}/{rec['config']['model']['size']} on {rec['config']['data']['name']}, "
-        f"batch {rec['config']['train']['batch_size']} per worker, {world} worker{'s' if world > 1 else ''}, "
+        f"{_batch(rec)}, {world} worker{'s' if world > 1 else ''}, "
         f"H={rec['config']['algo']['H']}",
         "",
         f"{len(reps)} repetitions, {rec['summary']['iterations']} iterations per run ({rec['summary']['timed_iterations']} timed). "

@@ -105,12 +105,12 @@ def main(argv=None) -> int:
                 continue
             reps = jobs[some][model]
             first = reps[min(reps)]
-            lines += [f"{card}: {len(reps)} repetition{'s' if len(reps) != 1 else ''}. "
-                      + bench_report._emulation(next(iter(first.values())), first) + " " + bench_report._split(first),
-                      ""]
+            rec = next(iter(first.values()))
+            lines += [f"{card}: {len(reps)} repetition{'s' if len(reps) != 1 else ''}, {bench_report._batch(rec)}. "
+                      + bench_report._emulation(rec, first) + " " + bench_report._split(first), ""]
         if model in cpu_jobs:
             cpu_first = cpu_jobs[model][min(cpu_jobs[model])]
-            lines += ["CPU: " + bench_report._split(cpu_first), ""]
+            lines += [f"CPU: {bench_report._batch(next(iter(cpu_first.values())))}. " + bench_report._split(cpu_first), ""]
         ran = [card for card in cards if found[card]]  # the machines that timed this model
         head = "".join(f" {c} x DreamDDP | {c} bound / measured | {c} predicted / measured |" for c in ran)
         lines += [f"| algorithm |{head} CPU x DreamDDP | CPU bound / measured | paper x DreamDDP (modelled) |",
