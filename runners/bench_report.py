@@ -313,17 +313,27 @@ def _emulation(rec: dict, segs: dict) -> str:
             f"carrier {_carriers(rec, segs)}, hold_core {link.get('hold_core', False)}.")
 
 
+def _flag(name: str, value) -> str:
+    """One argument of bench.py's command line as it was given."""
+    flag = "--" + name.replace("_", "-")
+    if value is True:
+        return flag
+    return f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+
+
 def write(runs: str, out: str) -> None:
     made = json.loads((Path(runs) / "bench.json").read_text())
     args = made["args"]
     data = load(runs)
     seconds = sum(job_seconds(segs) for reps in data.values() for segs in reps.values())
+    # A target's name only for its own command: --only or --set make another benchmark.
     target = {"headline": "make bench", "small": "make bench-skew", "paper": "runners/gpu_run.sh on a GPU"}.get(
-        args.get("preset", "compute"), "runners/bench.py")
+        args.get("preset", "compute"), "runners/bench.py") if not (args.get("only") or args.get("set")) \
+        else "runners/bench.py"
     lines = [f"# Benchmark: every algorithm side by side (`{target}`)", "",
-             "Made by `python runners/bench.py` " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in args.items()
+             "Made by `python runners/bench.py` " + " ".join(_flag(k, v) for k, v in args.items()
                                                            if k not in ("out", "quick", "models", "target")
-                                                           and not isinstance(v, bool) and v not in (None, []))
+                                                           and v is not None and v is not False and v != [])
              + f" ({seconds / 60:.0f} min of jobs on this host, each from its first record's start to its "
              "last one's end). Numbers are medians over repetitions with the min-max "
              "spread in brackets; every ratio is taken inside one repetition (one job: the same processes, one "

@@ -135,7 +135,8 @@ def test_a_set_some_run_cannot_take_is_refused_before_any_job_starts(tmp_path, o
 
 def test_make_bench_times_every_window_position_alike_and_its_presets_stay_what_studies_ran(monkeypatch):
     """make bench (--preset headline): each model's timed iterations are whole H-windows (a window's
-    iterations differ in exposed wait), ResNet-18 runs at batch 32 and a --set still wins over it;
+    iterations differ in exposed wait), ResNet-18 runs at batch 32, GPT-2 at 12, and a --set still
+    wins over them;
     --preset compute, which the committed studies' commands ran, keeps the model presets' batch and
     44 iterations."""
     monkeypatch.syspath_prepend(str(ROOT / "runners"))
@@ -153,6 +154,7 @@ def test_make_bench_times_every_window_position_alike_and_its_presets_stay_what_
                 if extra:  # the last override wins in Hydra's composition
                     assert batches[-1] == "train.batch_size=16"
                 else:
-                    assert batches == (["train.batch_size=32"] if (preset, model) == ("headline", "resnet18") else [])
+                    headline = {"gpt2": ["train.batch_size=12"], "resnet18": ["train.batch_size=32"]}
+                    assert batches == (headline[model] if preset == "headline" else [])
     args = bench_module.parse_args(["--preset", "headline", "--iterations", "12"])
     assert bench_module.job_spec(args, "gpt2", 0, "unused")["iterations"] == 12
