@@ -326,10 +326,12 @@ def write(runs: str, out: str) -> None:
     args = made["args"]
     data = load(runs)
     seconds = sum(job_seconds(segs) for reps in data.values() for segs in reps.values())
-    # A target's name only for its own command: --only or --set make another benchmark.
-    target = {"headline": "make bench", "small": "make bench-skew", "paper": "runners/gpu_run.sh on a GPU"}.get(
-        args.get("preset", "compute"), "runners/bench.py") if not (args.get("only") or args.get("set")) \
-        else "runners/bench.py"
+    # A make target's name only for its own command (--only or --set make another benchmark);
+    # gpu_run.sh picks its segments and settings itself.
+    made_by = {"paper": "runners/gpu_run.sh on a GPU"}
+    if not (args.get("only") or args.get("set")):
+        made_by.update(headline="make bench", small="make bench-skew")
+    target = made_by.get(args.get("preset", "compute"), "runners/bench.py")
     lines = [f"# Benchmark: every algorithm side by side (`{target}`)", "",
              "Made by `python runners/bench.py` " + " ".join(_flag(k, v) for k, v in args.items()
                                                            if k not in ("out", "quick", "models", "target")
