@@ -18,7 +18,7 @@ RUNS ?= $(RESULTS)/runs
 
 BENCH_ARGS ?=
 
-bench: venv ## every algorithm side by side in the compute regime, 2 workers (one per core), 3 repetitions -> results/bench/README.md (~35 min)
+bench: venv ## every algorithm side by side in the compute regime, 2 workers (one per core), 3 repetitions -> results/bench/README.md (~40 min)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) runners/bench.py --preset headline $(BENCH_ARGS)
 
 # Llama-2 and ResNet-50 do not fit make bench's 45 minutes with three repetitions: one, two timed windows.
