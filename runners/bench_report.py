@@ -9,7 +9,6 @@ from the committed records: ``python runners/bench_report.py results/bench``.
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import statistics
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import bench_predict as bp
 from bench_overhead import engine_overhead, fmt_ms, phase_overhead
+from bench_regime import batch, compute_split, emulation
 from bench_segments import IDEAL, OPT_IN, TIMED
 from bench_targets import targets
 
@@ -157,21 +157,6 @@ def times_to_target(reps: dict) -> tuple[float | None, dict]:
     return target, out
 
 
-def _batch(rec: dict) -> str:
-    return f"batch {rec['config']['train']['batch_size']} per worker"
-
-
-def _split(segs: dict) -> str:
-    rows = bp.timed(segs[bp.NOSYNC]) if bp.NOSYNC in segs else []
-    if not rows:
-        return ""
-    f = statistics.median(r["forward"] for r in rows)
-    b = statistics.median(r["backward"] for r in rows)
-    s = statistics.median(bp.step_and_rest(r) for r in rows)
-    return (f"Compute (nosync, steady): forward {1e3 * f:.1f} ms, backward {1e3 * b:.1f} ms, step and the rest "
-            f"{1e3 * s:.1f} ms: backward / forward {b / f:.2f}, step / backward {s / b:.2f}.")
-
-
 def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
     """Markdown lines, csv rows and the numbers the targets are judged on, for one model."""
     stats = per_rep(reps)
@@ -189,7 +174,7 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
     m = rec["extra"].get("model", {})
     lines = [
         f"## {model}: {rec['config']['model']['name']}/{rec['config']['model']['size']} on {rec['config']['data']['name']}, "
-        f"{_batch(rec)}, {world} worker{'s' if world > 1 else ''}, "
+        f"{batch(rec)}, {world} worker{'s' if world > 1 else ''}, "
         f"H={rec['config']['algo']['H']}",
         "",
         f"{len(reps)} repetitions, {rec['summary']['iterations']} iterations per run ({rec['summary']['timed_iterations']} timed). "
@@ -198,7 +183,7 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
            f"model = {calib['ratio']:g} x the steady backward of {calib['backward_s'] * 1e3:.1f} ms); measured comm/backward "
            f"(S-SGD's exposed wait / its backward): {fmt_spread(median_spread(comm_backward), 2)}. Alpha (one collective): "
            f"{rec['extra']['link']['alpha_ms']:.2f} ms. " if world > 1 else "One worker: no link to emulate. ")
-        + f"{_emulation(rec, some)} {_split(some)}",
+        + f"{emulation(rec, some)} {compute_split(some)}",
         "",
     ]
     lines += [
@@ -282,35 +267,6 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict], dict]:
     compute = median_spread([s["compute"] for s in stats.get(REFERENCE, []) if s.get("compute")])
     return lines, rows, {"rows": judged, "over": over, "memory": memory, "compute": compute,
                          "nosync": times.get("nosync@ideal")}
-
-
-def _carriers(rec: dict, segs: dict) -> str:
-    """The carrier of the runs on the emulated link: the one most ran with, and the runs with
-    another (carrier=auto picks step for the algorithms that merge late)."""
-    paced = {label: r["extra"]["link"].get("carrier", "eager") for label, r in segs.items()
-             if r["extra"]["link"].get("paced") and not label.endswith("@memory")}
-    if not paced:
-        return rec["extra"]["link"].get("carrier", "eager")
-    counts = sorted(collections.Counter(paced.values()).items(), key=lambda cn: (-cn[1], cn[0]))
-    others = [f"{c}: {', '.join(sorted(lb for lb, x in paced.items() if x == c))}" for c, _ in counts[1:]]
-    return counts[0][0] + (f" ({'; '.join(others)})" if others else "")
-
-
-def _emulation(rec: dict, segs: dict) -> str:
-    """How the host was shared (docs/bandwidth.md, "Emulating a cluster on a small CPU host"),
-    or on a GPU run, which GPU the workers shared."""
-    host, link = rec["extra"].get("host") or {}, rec["extra"]["link"]
-    if rec["config"]["cluster"]["device"] == "cuda":
-        gpus = rec.get("hardware", {}).get("gpus") or ["?"]
-        n = rec["summary"]["workers"]
-        return (f"Device: {'1 worker alone on' if n == 1 else f'{n} workers sharing'} one {gpus[0]} over gloo "
-                f"({len(gpus)} GPU(s) on the host, {rec.get('hardware', {}).get('cores', '?')} cores); "
-                f"carrier {link.get('carrier', 'eager')}, matmul precision {rec['config']['train']['matmul_precision']}.")
-    quota = f"compute threads capped at {host['cpu_quota']:g} cores" if host.get("cpu_quota") else \
-        f"no CPU quota ({host.get('cpu_quota_note', 'not recorded')})"
-    pinned = "pinned" if host.get("pinned") else "not pinned"
-    return (f"Host: {host.get('local_workers', '?')} workers on {host.get('cores', '?')} cores, {quota}, {pinned}; "
-            f"carrier {_carriers(rec, segs)}, hold_core {link.get('hold_core', False)}.")
 
 
 def _flag(name: str, value) -> str:

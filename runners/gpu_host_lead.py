@@ -25,6 +25,7 @@ import statistics
 import subprocess
 from pathlib import Path
 
+import bench_regime
 import bench_report
 from gpu_summary import job_folders, where
 
@@ -111,8 +112,8 @@ def run_rows(gpu: Path) -> tuple[list[dict], dict]:
                     if row is None or label.endswith("@memory"):
                         continue
                     out.append({"job": name, "model": model, "rep": f"rep{rep}", "algorithm": label, **row})
-                    regimes.setdefault((name, model), f"{bench_report._emulation(rec, segs)} "
-                                                      f"{bench_report._split(segs)}")
+                    regimes.setdefault((name, model), f"{bench_regime.emulation(rec, segs)} "
+                                                      f"{bench_regime.compute_split(segs)}")
     return out, regimes
 
 

@@ -15,6 +15,7 @@ import csv
 from pathlib import Path
 
 import bench_overhead
+import bench_regime
 import bench_report
 
 from dreamddp.atomic import write_text
@@ -106,11 +107,11 @@ def main(argv=None) -> int:
             reps = jobs[some][model]
             first = reps[min(reps)]
             rec = next(iter(first.values()))
-            lines += [f"{card}: {len(reps)} repetition{'s' if len(reps) != 1 else ''}, {bench_report._batch(rec)}. "
-                      + bench_report._emulation(rec, first) + " " + bench_report._split(first), ""]
+            lines += [f"{card}: {len(reps)} repetition{'s' if len(reps) != 1 else ''}, {bench_regime.batch(rec)}. "
+                      + bench_regime.emulation(rec, first) + " " + bench_regime.compute_split(first), ""]
         if model in cpu_jobs:
             cpu_first = cpu_jobs[model][min(cpu_jobs[model])]
-            lines += [f"CPU: {bench_report._batch(next(iter(cpu_first.values())))}. " + bench_report._split(cpu_first), ""]
+            lines += [f"CPU: {bench_regime.batch(next(iter(cpu_first.values())))}. " + bench_regime.compute_split(cpu_first), ""]
         ran = [card for card in cards if found[card]]  # the machines that timed this model
         head = "".join(f" {c} x DreamDDP | {c} bound / measured | {c} predicted / measured |" for c in ran)
         lines += [f"| algorithm |{head} CPU x DreamDDP | CPU bound / measured | paper x DreamDDP (modelled) |",

@@ -28,7 +28,8 @@ import subprocess
 import sys
 
 import bench_predict as bp
-from bench_report import _split, load, per_rep
+from bench_regime import compute_split
+from bench_report import load, per_rep
 from benchlib import write_tables
 
 from dreamddp.atomic import write_text
@@ -70,7 +71,7 @@ def report(args, chunks: list[int]) -> None:
             runs = load(os.path.join(job_dir(args.out, chunk, rep), "runs"))
             if args.model in runs and 0 in runs[args.model]:
                 rows.append(job_row(chunk, rep, runs[args.model][0]))
-                splits.append(f"- chunk {chunk}, repetition {rep}: {_split(runs[args.model][0])}")
+                splits.append(f"- chunk {chunk}, repetition {rep}: {compute_split(runs[args.model][0])}")
     if not rows:
         raise SystemExit(f"interleave: no completed job under {args.out}")
     write_tables(args.out, "interleave", "Per job (one benchmark job each; fractions, not percent):", rows)

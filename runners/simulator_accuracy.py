@@ -35,6 +35,7 @@ from pathlib import Path
 import accuracy_findings as findings
 import bench
 import bench_predict as bp
+import bench_regime
 import bench_report
 from accuracy_measures import TIE, accuracy, by_job, median_ranking, pairs, ranking
 
@@ -60,7 +61,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             nosync_backward = bp.timed_mean(segs[bp.NOSYNC], "backward")
             # plain@ideal is the job's other compute-only run: how far the reference itself drifted
             plain_backward = bp.timed_mean(segs["plain@ideal"], "backward") if "plain@ideal" in segs else None
-            chunk, regime = _job_chunk(segs), bench_report._split(segs)
+            chunk, regime = _job_chunk(segs), bench_regime.compute_split(segs)
             for label in bench_report.TIMED:
                 rec = segs.get(label)
                 if rec is None:

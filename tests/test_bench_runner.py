@@ -136,9 +136,8 @@ def test_a_set_some_run_cannot_take_is_refused_before_any_job_starts(tmp_path, o
 def test_make_bench_times_every_window_position_alike_and_its_presets_stay_what_studies_ran(monkeypatch):
     """make bench (--preset headline): each model's timed iterations are whole H-windows (a window's
     iterations differ in exposed wait), ResNet-18 runs at batch 32, GPT-2 at 12, and a --set still
-    wins over them;
-    --preset compute, which the committed studies' commands ran, keeps the model presets' batch and
-    44 iterations."""
+    wins over them; --preset compute, which the committed studies' commands ran, keeps the model
+    presets' batch and 44 iterations."""
     monkeypatch.syspath_prepend(str(ROOT / "runners"))
     from dreamddp.run.summary import warmup_cut
 
