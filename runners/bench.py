@@ -55,16 +55,25 @@ from dreamddp.atomic import write_json
 
 # Per model and preset: its overrides, its bucket size (DDP's 25 MB x model bytes / paper
 # model bytes; GPT-2 124M: 498 MB; ResNet-18: 44.7 MB; Llama-2 (the authors' 176M): 706 MB;
-# ResNet-50: 94.7 MB) and its iterations per segment where --iterations does not say (else 44).
-# The first 10% are not timed (dreamddp.run.summary.warmup_cut), so 22, 33 and 44 time 20, 30
-# and 40: every position of an H=10 window equally often (a window's iterations differ in exposed
-# wait).
+# ResNet-50: 94.7 MB) and its iterations per segment where --iterations does not say (else
+# ITERATIONS).  The first 10% are not timed (dreamddp.run.summary.warmup_cut), so 22, 33 and 44
+# time 20, 30 and 40: every position of an H=10 window equally often (a window's iterations
+# differ in exposed wait).
+ITERATIONS = 44
 COMPUTE = {
     "gpt2": {"overrides": ["model=gpt2", "model.size=compute"], "bucket_mb": 0.78},  # 15.5 MB model
     "resnet18": {"overrides": ["model=resnet18", "model.size=compute"], "bucket_mb": 9.8},  # 17.5 MB
     "llama2": {"overrides": ["model=llama2", "model.size=compute"], "bucket_mb": 1.57},  # 44.4 MB
     "resnet50": {"overrides": ["model=resnet50", "model.size=compute"], "bucket_mb": 13.9},  # 52.8 MB
 }
+
+
+def _at_batch(model: str, batch: int, iterations: int) -> dict:
+    """The compute preset of ``model`` at another batch per worker and iteration count."""
+    spec = COMPUTE[model]
+    return {**spec, "overrides": [*spec["overrides"], f"train.batch_size={batch}"], "iterations": iterations}
+
+
 MODELS = {
     "compute": COMPUTE,
     # make bench's two jobs, which share its 45 minutes on 2 cores: ResNet-18 at batch 32 (the
@@ -75,12 +84,7 @@ MODELS = {
     # vCPUs (a rank ~10 ms slower than the other for a whole run) weighs two thirds of what it does
     # at batch 8 (results/bench_gpt2_batch12: DreamDDP 0.99 of its bound there, 0.97 at batch 8),
     # with 20, as many as the budget leaves it (batch 16 would take ~44 of the 45 minutes).
-    "headline": {
-        "gpt2": {**COMPUTE["gpt2"], "overrides": [*COMPUTE["gpt2"]["overrides"], "train.batch_size=12"],
-                 "iterations": 22},
-        "resnet18": {**COMPUTE["resnet18"], "overrides": [*COMPUTE["resnet18"]["overrides"], "train.batch_size=32"],
-                     "iterations": 33},
-    },
+    "headline": {"gpt2": _at_batch("gpt2", 12, 22), "resnet18": _at_batch("resnet18", 32, 33)},
     # The paper models at the paper's sizes, for a GPU (--set cluster.device=cuda): buckets of
     # DDP's own 25 MB.
     "paper": {
@@ -137,7 +141,7 @@ def job_spec(args, model: str, rep: int, out: str) -> dict:
         "segments": rotated([s for s in segments(MODELS[args.preset][model]["bucket_mb"])
                              if (s["label"] in args.only if args.only else not s.get("opt_in"))], rep),
         "ratio": args.ratio,
-        "iterations": MODELS[args.preset][model].get("iterations", 44) if args.iterations is None else args.iterations,
+        "iterations": MODELS[args.preset][model].get("iterations", ITERATIONS) if args.iterations is None else args.iterations,
         "chunk": args.chunk or args.H,  # iterations of one segment per turn when they are interleaved
         "calibration_iterations": args.calibration_iterations,
         "memory": rep == 0 and not args.no_memory,
@@ -200,7 +204,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="iterations of one segment per turn of the interleaving (default 0: one H-window)")
     p.add_argument("--ratio", type=float, default=7.0, help="comm (all-reduce of all parameters) / backward")
     p.add_argument("--iterations", type=int, default=None,
-                   help="per segment (default: each model's in MODELS, else 44); the first 10%% are not timed")
+                   help=f"per segment (default: each model's in MODELS, else {ITERATIONS}); the first 10%% are not timed")
     p.add_argument("--calibration-iterations", type=int, default=16)
     p.add_argument("--profile-iterations", type=int, default=5, help="DreamDDP's start-up profile")
     p.add_argument("--port", type=int, default=29400, help="rendezvous port of repetition 0 (k: + k)")
