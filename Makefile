@@ -11,10 +11,10 @@ OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 PYTEST_ARGS ?= -q
 RUN_ARGS ?=
 
-.PHONY: help venv lock run test clean
+.PHONY: help venv lock run test test-all reports reports-check clean
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
 
 venv: $(STAMP) ## create .venv and install dreamddp (fast when nothing changed)
 
@@ -43,10 +43,19 @@ lock: ## re-resolve requirements.txt in a scratch venv and pin the result in con
 	  $(LOCK_VENV)/bin/pip freeze --exclude-editable | grep -viE '^(torch|torchvision|hydra-core)==' | sed "s/$$/ ; $$marker/"; } > constraints-lock.txt
 	rm -rf $(LOCK_VENV)
 
-run: venv ## train the default job (tiny GPT-2, S-SGD, 2 CPU workers; RUN_ARGS="algo=flsgd ..." to override)
-	$(OFFLINE) $(VENV)/bin/dreamddp-run $(RUN_ARGS)
+# The harness's main job: S-SGD, FLSGD and DreamDDP side by side on 2 workers, GPT-2's CPU-sized
+# preset, an emulated link whose all-reduce of all parameters takes 7x the backward pass; prints
+# the result card (RUN_ARGS="--set train.lr=3e-4 ..." passes dreamddp-bench run options).
+run: venv ## S-SGD, FLSGD and DreamDDP side by side (2 CPU workers, slow emulated link): the result card
+	$(OFFLINE) WANDB_MODE=disabled $(VENV)/bin/dreamddp-bench run --preset quickstart --out outputs/quickstart $(RUN_ARGS)
 
-test: venv ## run the test suite offline with W&B disabled (PYTEST_ARGS to pass options)
+# The fast suite: tests marked slow (long multi-process runs), tc (real shaped links, root) or
+# gpu (CUDA) are left out; `make test-all` runs everything.
+TEST_MARKS ?= not slow and not tc and not gpu
+test: venv ## the fast test suite, offline, W&B disabled (PYTEST_ARGS to pass options)
+	$(OFFLINE) WANDB_MODE=disabled $(PY) -m pytest -m "$(TEST_MARKS)" $(PYTEST_ARGS)
+
+test-all: venv ## every test, the slow, tc and gpu ones too (gpu ones skip without a GPU)
 	$(OFFLINE) WANDB_MODE=disabled $(PY) -m pytest $(PYTEST_ARGS)
 
 clean: ## remove run outputs and caches (keeps .venv and data_cache/)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import threading
 
-from dreamddp.run.supervise import alive
+from dreamddp.procs import alive
 
 ROOT = "/sys/fs/cgroup/cpu"
 PERIOD_US = 10_000  # short, so a capped thread waits at most a few ms at a time

@@ -22,6 +22,8 @@ class Registry(dict, Generic[T]):
     def __init__(self, kind: str, key: str) -> None:
         super().__init__()
         self.kind, self.key = kind, key
+        # name -> [(option, subclass)]: what a member builds when its config sets that option
+        self.variants: dict[str, list[tuple[str, type]]] = {}
 
     def register(self, cls: type[T]) -> type[T]:
         name = cls.name
@@ -29,6 +31,19 @@ class Registry(dict, Generic[T]):
             raise ValueError(f"{self.kind} {name!r} registered twice ({self[name].__module__}, {cls.__module__})")
         self[name] = cls
         return cls
+
+    def register_variant(self, option: str):
+        """Decorator for a subclass of a member (same ``name``) that the member builds when its
+        config sets ``option`` true.  The variant's module imports the member's, never the
+        reverse: the registry joins the two, so there is no import circle."""
+        def add(cls: type[T]) -> type[T]:
+            self.variants.setdefault(cls.name, []).append((option, cls))
+            return cls
+        return add
+
+    def resolve(self, cls: type[T], cfg) -> type[T]:
+        """The class ``cls`` builds for ``cfg``: its first variant whose option ``cfg`` sets, else ``cls``."""
+        return next((v for option, v in self.variants.get(cls.name, ()) if getattr(cfg, option, False)), cls)
 
     def lookup(self, name: str) -> type[T]:
         """The class for ``name``, or a one-line ConfigError naming the config key."""

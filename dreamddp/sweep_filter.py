@@ -8,7 +8,7 @@ every check, the host's included (data, CUDA, traffic shaping, the launcher's
 own); jobs a SLURM launcher sends elsewhere get the rules that hold anywhere,
 and each checks its host when it starts (``cli._task``).
 
-``dreamddp-run -m`` (and ``runners/sweep.py``) install a job filter on Hydra's
+``dreamddp-run -m`` installs a job filter on Hydra's
 BasicSweeper (the sweeper every preset uses) before Hydra starts.  Every job's
 directory ``hydra.sweep.dir/hydra.sweep.subdir`` is computed exactly as the
 launcher will, and a job whose ``run.json`` says ``completed`` and holds the

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
 
 import pytest
 import torch
@@ -165,10 +163,10 @@ def _ddp_bucket_counts(rank, world, one_bucket_mb):
     return counts
 
 
-def test_ddp_bucket_cap_above_the_model_gives_one_bucket(monkeypatch):
+def test_ddp_bucket_cap_above_the_model_gives_one_bucket():
     """algo.bucket_cap_mb reaches DDP: torch's default splits a 3 MiB model (first bucket 1 MiB),
     the benchmark's ddp+1bucket cap makes one bucket, all-reduced after backward as S-SGD's one all-reduce."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "runners"))
-    one_bucket_mb = importlib.import_module("bench_segments").ONE_BUCKET_MB
-    for counts in run_workers(_ddp_bucket_counts, 2, one_bucket_mb):
+    from dreamddp.bench.segments import ONE_BUCKET_MB
+
+    for counts in run_workers(_ddp_bucket_counts, 2, ONE_BUCKET_MB):
         assert counts == [2, 1]

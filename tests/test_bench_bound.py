@@ -1,4 +1,4 @@
-"""The benchmark's bound for DreamDDP (runners/bench_predict.structure_bound) against the
+"""The benchmark's bound for DreamDDP (dreamddp/bench/predict.structure_bound) against the
 simulator: with the paper's scheduler it is the least iteration the simulator times over EVERY
 split of the units into contiguous runs, one per iteration (brute force), with the averages
 due at the end of backward and, with ``overlap_forward``, at each unit's next forward; with the
@@ -7,7 +7,6 @@ above the contiguous one."""
 
 from __future__ import annotations
 
-import importlib
 import itertools
 from dataclasses import replace
 from pathlib import Path
@@ -24,9 +23,10 @@ GBPS = 0.08
 
 
 @pytest.fixture()
-def bench_predict(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "runners"))
-    return importlib.import_module("bench_predict")
+def bench_predict():
+    from dreamddp.bench import predict
+
+    return predict
 
 
 def profile() -> Profile:
@@ -109,7 +109,7 @@ def test_on_make_bench_gpt2_the_overlap_plan_gains_what_the_old_one_left(bench_p
 
     from dreamddp.prediction import record_link, simulate_record
 
-    job = ROOT / "results" / "bench" / "runs" / "gpt2" / "rep0"
+    job = ROOT / "results" / "bench" / "headline" / "runs" / "gpt2" / "rep0"
     segs = {d.name: {**json.loads((d / "run.json").read_text()), "_dir": str(d)}
             for d in job.iterdir() if (d / "run.json").is_file()}
     prof, rec = bench_predict.steady_profile(segs), segs["dreamddp+overlap"]

@@ -1,4 +1,4 @@
-"""make bench's CPU memory measurement (runners/bench_memory.py) against tensors of known size.
+"""make bench's CPU memory measurement (dreamddp/bench/memory.py) against tensors of known size.
 
 Each case runs in its own interpreter: the allocator flag it sets stays on for the
 process's life.
@@ -9,9 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 
 # 4 MiB allocated here and freed on another thread before the loop (as gloo's worker
@@ -19,8 +16,7 @@ MiB = 1 << 20
 # allocated and freed inside it.
 _CASE = """
 import json, sys, threading, torch
-sys.path.insert(0, {runners!r})
-import bench_memory
+from dreamddp.bench import memory as bench_memory
 every = bench_memory.count_every_thread() if {every} else False
 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as p:
     box = [torch.ones(1 << 20)]
@@ -35,7 +31,7 @@ print(json.dumps({{"every": every, **bench_memory.loop_memory(p, "loop", every)}
 
 
 def _measure(every: bool) -> dict:
-    code = _CASE.format(runners=str(ROOT / "runners"), every=every)
+    code = _CASE.format(every=every)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

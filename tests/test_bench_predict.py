@@ -1,11 +1,10 @@
-"""The benchmark reports' compute reference (runners/bench_predict.py): the job's two compute-only
+"""The benchmark reports' compute reference (dreamddp/bench/predict.py): the job's two compute-only
 runs pooled, their timed iterations and every rank's quantiles, exact on hand-made records; and
 the opt-in segment that runs only when ``--only`` names it."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture()
-def runners(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "runners"))
-    return importlib.import_module("bench_predict"), importlib.import_module("bench")
+def bench_modules():
+    from dreamddp.bench import jobs, predict
+
+    return predict, jobs
 
 
 def record(forward: float, backward: float, rest: float, quantiles: list[list[float]]) -> dict:
@@ -38,8 +38,8 @@ def job(tmp_path) -> dict:
             "plain@ideal": record(0.14, 0.24, 0.03, [[0.40], [0.42]])}
 
 
-def test_the_reference_pools_both_compute_only_runs(tmp_path, runners):
-    bp, _ = runners
+def test_the_reference_pools_both_compute_only_runs(tmp_path, bench_modules):
+    bp, _ = bench_modules
     segs = job(tmp_path)
     assert len(bp.reference_rows(segs)) == 18
     assert bp.reference_mean(segs, "backward") == pytest.approx(0.22)
@@ -63,9 +63,9 @@ def test_the_reference_pools_both_compute_only_runs(tmp_path, runners):
     assert sum(bp.steady_profile(segs).bp.values()) == pytest.approx(0.20)
 
 
-def test_compute_excess_counts_forward_only_where_no_wait_falls_in_it(tmp_path, runners):
+def test_compute_excess_counts_forward_only_where_no_wait_falls_in_it(tmp_path, bench_modules):
     # the compute-only runs pooled: forward 0.12 s, backward 0.22 s
-    bp, _ = runners
+    bp, _ = bench_modules
     segs = job(tmp_path)
     run = {**record(0.13, 0.25, 0.0, []), "config": {"algo": {"name": "dreamddp"}}}
     assert bp.compute_excess(run, segs) == pytest.approx(0.01 + 0.03)
@@ -77,8 +77,8 @@ def test_compute_excess_counts_forward_only_where_no_wait_falls_in_it(tmp_path, 
     assert not bp.waits_in_forward(faster) and bp.compute_excess(faster, segs) == pytest.approx(-0.02)
 
 
-def test_an_opt_in_segment_runs_only_when_named(runners):
-    _, bench = runners
+def test_an_opt_in_segment_runs_only_when_named(bench_modules):
+    _, bench = bench_modules
     args = bench.parse_args(["--models", "gpt2"])
     labels = [s["label"] for s in bench.job_spec(args, "gpt2", 0, "out")["segments"]]
     assert "dreamddp+delay" in labels and "dreamddp+delay+eager" not in labels
@@ -88,8 +88,8 @@ def test_an_opt_in_segment_runs_only_when_named(runners):
     assert "bandwidth.carrier=eager" in next(s for s in named if s["label"] == "dreamddp+delay+eager")["overrides"]
 
 
-def test_a_segment_on_another_schedule_needs_it_and_runs_right_after_it(runners, capsys):
-    _, bench = runners
+def test_a_segment_on_another_schedule_needs_it_and_runs_right_after_it(bench_modules, capsys):
+    _, bench = bench_modules
     with pytest.raises(SystemExit):
         bench.parse_args(["--only", "dreamddp+overlap+same-schedule", "nosync@ideal"])
     assert "name dreamddp too" in capsys.readouterr().err
@@ -101,8 +101,8 @@ def test_a_segment_on_another_schedule_needs_it_and_runs_right_after_it(runners,
     assert same["schedule_from"] == "dreamddp" and "algo.overlap_forward=true" in same["overrides"]
 
 
-def test_the_ranks_drawn_together_come_from_the_series_iteration_by_iteration(tmp_path, runners):
-    bp, _ = runners
+def test_the_ranks_drawn_together_come_from_the_series_iteration_by_iteration(tmp_path, bench_modules):
+    bp, _ = bench_modules
     segs = job(tmp_path)
     assert not bp.reference_skew(segs, bp.steady_profile(segs)).joint  # without series: each rank's quantiles
     assert bp.rank_correlation(segs) is None
@@ -128,10 +128,10 @@ def test_the_ranks_drawn_together_come_from_the_series_iteration_by_iteration(tm
     assert bp.rank_correlation(segs) == pytest.approx(1.0)
 
 
-def test_the_engines_host_work_per_op_comes_from_the_untimed_iterations(runners):
+def test_the_engines_host_work_per_op_comes_from_the_untimed_iterations(bench_modules):
     """engine_host: per op, over the rows before summary.warmup_cut (the first 2 of 20), never
     the timed ones; none where the record does not time it, nothing launched, or on CUDA."""
-    bp, _ = runners
+    bp, _ = bench_modules
     early = [{"ops": 4, "launch_host": 4e-4, "completed": 2, "complete_host": 1e-4},
              {"ops": 6, "launch_host": 8e-4, "completed": 8, "complete_host": 9e-4}]
     late = [{"ops": 1, "launch_host": 1.0, "completed": 1, "complete_host": 1.0}] * 18
@@ -146,12 +146,12 @@ def test_the_engines_host_work_per_op_comes_from_the_untimed_iterations(runners)
     assert bp.engine_host({**rec, "iterations": idle + late}) is None
 
 
-def test_the_launches_host_work_in_backward_is_the_engines_not_slower_compute(tmp_path, runners):
+def test_the_launches_host_work_in_backward_is_the_engines_not_slower_compute(tmp_path, bench_modules):
     """backward_over_reference and compute_excess take out the host work the predictions charge
     for the launches the run's plan makes inside the phase (engine_host per op, from the untimed
     first iteration): PLSGD-ENP launches one all-reduce from a gradient-ready hook per iteration,
     S-SGD after backward; without a profile to plan on nothing is taken out."""
-    bp, _ = runners
+    bp, _ = bench_modules
     segs = job(tmp_path)  # the compute-only runs pooled: forward 0.12 s, backward 0.22 s
     profile = bp.steady_profile(segs)
     host = {"ops": 1, "launch_host": 0.01, "completed": 1, "complete_host": 0.0}
@@ -173,12 +173,12 @@ def test_the_launches_host_work_in_backward_is_the_engines_not_slower_compute(tm
     assert bp.backward_over_reference(plsgd, segs) == pytest.approx(0.23 / 0.22)  # no profile: nothing planned
 
 
-def test_a_records_turn_is_its_jobs_chunk(tmp_path, runners):
+def test_a_records_turn_is_its_jobs_chunk(tmp_path, bench_modules):
     """The predictions line the ranks up where the job's turns start (spec.json's chunk; 0: one
     H-window); a record from outside a benchmark job runs continuously."""
     import json
 
-    bp, _ = runners
+    bp, _ = bench_modules
     rec = {"_dir": str(tmp_path / "dreamddp"), "config": {"algo": {"name": "dreamddp", "H": 10}}}
     (tmp_path / "spec.json").write_text(json.dumps({"chunk": 1}))
     assert bp.turn(rec) == 1
@@ -186,3 +186,17 @@ def test_a_records_turn_is_its_jobs_chunk(tmp_path, runners):
     (tmp_path / "other" / "spec.json").write_text(json.dumps({"chunk": 0}))
     assert bp.turn({**rec, "_dir": str(tmp_path / "other" / "flsgd")}) == 10
     assert bp.turn({"config": rec["config"]}) is None
+
+
+def test_phase_overhead_is_each_phase_difference_inside_each_repetition():
+    from dreamddp.bench import overhead as report
+
+    reps = {0: {"nosync@ideal": record(0.100, 0.210, 0.012, [[0.3]]), "plain@ideal": record(0.101, 0.200, 0.010, [[0.3]])},
+            1: {"nosync@ideal": record(0.100, 0.230, 0.010, [[0.3]]), "plain@ideal": record(0.100, 0.200, 0.010, [[0.3]])},
+            2: {"plain@ideal": record(0.1, 0.2, 0.0, [[0.3]])}}  # no nosync: not a pair
+    got = report.phase_overhead(reps)
+    assert list(got) == list(report.PHASES)
+    assert got["forward"] == pytest.approx((-0.5, -1.0, 0.0))
+    assert got["backward"] == pytest.approx((20.0, 10.0, 30.0))
+    assert got["step and the rest"] == pytest.approx((1.0, 0.0, 2.0))
+    assert report.phase_overhead({0: {"plain@ideal": reps[0]["plain@ideal"]}}) == {}

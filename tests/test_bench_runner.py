@@ -1,9 +1,8 @@
-"""``make bench``'s pipeline end to end on tiny models: the interleaved job, its records, the
-report, and ``--resume`` keeping a completed job instead of running it again."""
+"""``dreamddp-bench run`` end to end on tiny models: the interleaved job, its records, the
+report, the result card, and ``--resume`` keeping a completed job instead of running it again."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
@@ -23,23 +22,28 @@ MEMORY = ["flsgd", "dreamddp", "nosync@ideal"]  # the segments with a memory run
 def bench(out: Path, *extra: str) -> subprocess.CompletedProcess:
     # A fresh port each job: back to back on the default one, a job's store once found it still
     # taken (EADDRINUSE), as it is by any other job on this host.
-    cmd = [sys.executable, str(ROOT / "runners" / "bench.py"), "--quick", "--reps", "1", "--models", "gpt2",
+    cmd = [sys.executable, "-m", "dreamddp.bench.cli", "run", "--quick", "--reps", "1", "--models", "gpt2",
            "--only", *SEGMENTS, "--out", str(out), "--port", str(free_port()), *extra]
     env = {**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.timeout(400)
-def test_quick_bench_writes_its_report_and_resume_keeps_the_completed_job(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "runners"))
-    bench_module = importlib.import_module("bench")
+def test_quick_bench_writes_its_report_and_card_and_resume_keeps_the_completed_job(tmp_path):
+    from dreamddp.bench import jobs as bench_module
+
     first = bench(tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     job = tmp_path / "runs" / "gpt2" / "rep0"
     for label in SEGMENTS + [s + "@memory" for s in MEMORY]:
         assert json.loads((job / label / "run.json").read_text())["status"] == "completed", label
     report = (tmp_path / "README.md").read_text()
-    assert "| flsgd |" in report and "| dreamddp |" in report and "## Targets" in report
+    assert "| flsgd |" in report and "| dreamddp |" in report
+    # the card: the timed runs (the ideal-link ones beside them are another regime), and its figure
+    card = first.stdout.splitlines()
+    assert any(line.startswith("flsgd ") for line in card) and any(line.startswith("dreamddp ") for line in card)
+    assert not any(line.startswith(("nosync@ideal", "ddp@ideal", "calibration")) for line in card)
+    assert (tmp_path / "loss_vs_time.png").stat().st_size > 0
     assert "ascwfbp / ddp" in report and "ascwfbp / ddp n/a" not in report  # the opt-in segment, named
     # the memory table says how its records measured (CPU: the allocator's total over every thread)
     assert "Peak live tensor memory per worker during training (rank 0's record: live torch tensor bytes" in report
@@ -78,40 +82,20 @@ def test_quick_bench_writes_its_report_and_resume_keeps_the_completed_job(tmp_pa
     assert "| flsgd |" in subset
 
     # The ideal-link segments alone (--only nosync@ideal plain@ideal: the engine's overhead) get a
-    # report too, whose targets say what the job left out instead of judging them missed.
+    # report too.
     text = report_without(tmp_path.parent / "subset", tmp_path.parent / "overhead", "flsgd", "flsgd@memory")
     assert "No algorithm on the emulated link in this job" in text and "| flsgd |" not in text
-    assert "| ssgd <= 1.05 x ddp (gpt2) | not in this job | - |" in text and "| NO |" not in text
 
 
 def report_without(job_dir: Path, copy: Path, *labels: str) -> str:
-    """The report bench_report.py writes for a copy of ``job_dir`` without ``labels``' records."""
+    """The report ``dreamddp-bench report`` writes for a copy of ``job_dir`` without ``labels``' records."""
     shutil.copytree(job_dir, copy)
     for label in labels:
         shutil.rmtree(copy / "runs" / "gpt2" / "rep0" / label)
-    report_only = subprocess.run([sys.executable, str(ROOT / "runners" / "bench_report.py"), str(copy)], cwd=ROOT,
+    report_only = subprocess.run([sys.executable, "-m", "dreamddp.bench.cli", "report", str(copy)], cwd=ROOT,
                                  capture_output=True, text=True, timeout=120)
     assert report_only.returncode == 0, report_only.stdout + report_only.stderr
     return (copy / "README.md").read_text()
-
-
-def test_a_missed_ratio_without_the_compute_only_runs_says_the_job_has_no_bounds(monkeypatch):
-    # --only flsgd dreamddp (no nosync@ideal, plain@ideal): no profile, so no bounds to compare with
-    monkeypatch.syspath_prepend(str(ROOT / "runners"))
-    targets = importlib.import_module("bench_targets").targets
-
-    def row(times: dict, x: float) -> dict:
-        return {"iteration_s": (times[0], min(times.values()), max(times.values())), "x_dreamddp": (x, x, x),
-                "measured_by_rep": times, "bound_s": None, "bound_over_measured": None, "plan_over_measured": None,
-                "plan_real_over_measured": None, "predicted_over_measured": None}
-
-    judged = {"resnet18": {"rows": {"flsgd": row({0: 0.24, 1: 0.25}, 1.2), "dreamddp": row({0: 0.2, 1: 0.2}, 1.0)},
-                           "over": {}, "memory": {}, "nosync": None}}
-    text = "\n".join(targets(judged, {"nproc": 2}))
-    assert "| flsgd / dreamddp >= 1.25 (resnet18) | 1.20 (1.20-1.20) | NO |" in text
-    assert ("- resnet18 flsgd / dreamddp: 1.20, 1.25 in repetitions 0, 1; no bounds in this job "
-            "(it ran neither nosync@ideal nor plain@ideal).") in text
-    assert "| every algorithm within 5% of its bound (resnet18) | not in this job | - |" in text
 
 
 @pytest.mark.parametrize("override,message", [
@@ -133,15 +117,14 @@ def test_a_set_some_run_cannot_take_is_refused_before_any_job_starts(tmp_path, o
     assert not out.exists()
 
 
-def test_make_bench_times_every_window_position_alike_and_its_presets_stay_what_studies_ran(monkeypatch):
+def test_make_bench_times_every_window_position_alike_and_its_presets_stay_what_studies_ran():
     """make bench (--preset headline): each model's timed iterations are whole H-windows (a window's
     iterations differ in exposed wait), ResNet-18 runs at batch 32, GPT-2 at 12, and a --set still
     wins over them; --preset compute, which the committed studies' commands ran, keeps the model
     presets' batch and 44 iterations."""
-    monkeypatch.syspath_prepend(str(ROOT / "runners"))
+    from dreamddp.bench import jobs as bench_module
     from dreamddp.run.summary import warmup_cut
 
-    bench_module = importlib.import_module("bench")
     for preset, want in (("headline", {"gpt2": 22, "resnet18": 33}), ("compute", {"gpt2": 44, "resnet18": 44})):
         for model, iterations in want.items():
             for extra in ([], ["--set", "train.batch_size=16"]):
@@ -157,3 +140,22 @@ def test_make_bench_times_every_window_position_alike_and_its_presets_stay_what_
                     assert batches == (headline[model] if preset == "headline" else [])
     args = bench_module.parse_args(["--preset", "headline", "--iterations", "12"])
     assert bench_module.job_spec(args, "gpt2", 0, "unused")["iterations"] == 12
+
+
+def test_the_quickstart_preset_runs_three_algorithms_once_and_a_flag_given_wins():
+    from dreamddp.bench import jobs
+
+    args = jobs.parse_args(["--preset", "quickstart"])
+    assert (args.models, args.only, args.reps, args.no_memory) == (["gpt2"], ["ssgd", "flsgd", "dreamddp"], 1, True)
+    assert args.out == "outputs/bench/quickstart"
+    labels = [s["label"] for s in jobs.job_spec(args, "gpt2", 0, "unused")["segments"]]
+    assert sorted(labels) == ["dreamddp", "flsgd", "ssgd"]
+    assert jobs.parse_args(["--preset", "quickstart", "--reps", "2", "--only", "ssgd"]).reps == 2
+
+
+def test_an_unknown_segment_is_refused_naming_it(capsys):
+    from dreamddp.bench import jobs
+
+    with pytest.raises(SystemExit) as exc:
+        jobs.parse_args(["--only", "flsgd", "dreamdpd"])
+    assert exc.value.code == 2 and "--only dreamdpd: no such segment" in capsys.readouterr().err

@@ -168,9 +168,9 @@ def test_supervise_forwards_sigterm_and_kills_stragglers(tmp_path):
     """)
     parent = textwrap.dedent(f"""
         import sys
-        from dreamddp.run import supervise
-        supervise.GRACE_S = 1.0
-        sys.exit(supervise.supervise([sys.executable, "-c", {child!r}], {{}}))
+        from dreamddp import procs
+        procs.GRACE_S = 1.0
+        sys.exit(procs.supervise([sys.executable, "-c", {child!r}], {{}}))
     """)
     proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"

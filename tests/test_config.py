@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,29 @@ def test_groups_mirror_registries():
     assert {p.stem for p in (CONF / "model").glob("*.yaml")} == set(MODELS)
     assert {p.stem for p in (CONF / "data").glob("*.yaml")} == set(DATASETS)
     assert {p.stem for p in (CONF / "algo").glob("*.yaml")} <= set(ALGORITHMS)
+
+
+def _defaults_comments() -> dict[str, str]:
+    """conf/config.yaml's defaults list: group -> its comment, with the comment-only lines under it."""
+    comments, group = {}, None
+    for line in (CONF / "config.yaml").read_text().split("defaults:\n", 1)[1].splitlines():
+        if not line.startswith(" "):
+            break  # a blank line or the next top-level key ends the list
+        entry, _, comment = line.partition("#")
+        if entry.strip().startswith("- "):
+            group = entry.strip()[2:].split(":")[0].strip()
+            comments[group] = comment
+        elif not entry.strip() and group:
+            comments[group] += " " + comment
+    return comments
+
+
+def test_config_yaml_comments_list_every_group_option():
+    comments = _defaults_comments()
+    for group in GROUPS:
+        named = set(re.findall(r"[\w.-]+", comments[group]))
+        missing = sorted(p.stem for p in (CONF / group).glob("*.yaml") if p.stem not in named)
+        assert not missing, f"conf/config.yaml: the {group} comment does not name {missing}"
 
 
 STABLE_KEYS = {

@@ -27,8 +27,8 @@ import pytest
 import torch
 
 from cli_util import RUN, processes_mentioning
-from dreamddp import faults
-from dreamddp.run import failures, supervise
+from dreamddp import faults, procs
+from dreamddp.run import failures
 from dreamddp.run.checkpoint import step_dir
 from test_netshape import _tc_skip_reason
 
@@ -262,7 +262,7 @@ def test_no_leftovers_kills_orphans_and_spares_older_children():
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "{marker}"], start_new_session=True)
     """)  # the parent exits at once: its child is an orphan in a session of its own
     try:
-        with supervise.no_leftovers(grace_s=0.5):
+        with procs.no_leftovers(grace_s=0.5):
             subprocess.run([sys.executable, "-c", orphaner], check=True, timeout=60)
             assert processes_mentioning(marker)
         assert processes_mentioning(marker) == []
@@ -275,7 +275,7 @@ def test_no_leftovers_kills_orphans_and_spares_older_children():
 def test_a_frozen_process_dies_at_sigterm_when_woken():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     done = threading.Event()
-    waker = threading.Thread(target=supervise.wake_terminated, args=(os.getpid(), done, 0.1), daemon=True)
+    waker = threading.Thread(target=procs.wake_terminated, args=(os.getpid(), done, 0.1), daemon=True)
     waker.start()
     try:
         time.sleep(0.5)

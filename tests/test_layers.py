@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "dreamddp"
 
 LAYERS = [
-    {"checks", "atomic", "lazy", "registry", "run.supervise", "_compat", "netshape", "run.dist_env", "cpu_share", "clock",
+    {"checks", "atomic", "lazy", "registry", "procs", "_compat", "netshape", "run.dist_env", "cpu_share", "clock",
      "run.failures", "faults", "run.preempt"},
     {"comm"},
     {"engine"},
@@ -32,6 +32,7 @@ LAYERS = [
     {"config"},
     {"run.launch", "cli", "schedule_cli", "sweep_filter"},
     {"results"},
+    {"bench"},
 ]
 LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
@@ -90,3 +91,32 @@ def test_imports_go_downward_only(module, path):
 def test_planning_side_does_not_import_torch(module):
     code = f"import sys, {module}; sys.exit(int('torch' in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0, f"{module} imports torch"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the dreamddp modules it imports (a package by its own name, not ``__init__``)."""
+    name = lambda m: m.removesuffix(".__init__")  # noqa: E731
+    return {name(m): {name(t) for t in _imports(path)} - {name(m)} for m, path in _modules()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (first module repeated at the end), or None: depth-first, each module once."""
+    done, path = set(), []
+
+    def visit(m):
+        if m in path:
+            return path[path.index(m):] + [m]
+        if m in done or m not in graph:
+            return None
+        path.append(m)
+        found = next((c for t in sorted(graph[m]) if (c := visit(t))), None)
+        path.pop()
+        done.add(m)
+        return found
+
+    return next((c for m in sorted(graph) if (c := visit(m))), None)
+
+
+def test_no_import_cycles():
+    cycle = _cycle(_import_graph())
+    assert cycle is None, " -> ".join(cycle)

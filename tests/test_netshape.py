@@ -222,7 +222,7 @@ def test_signal_to_the_launcher_stops_workers_and_returns_128_plus_signum():
 # --- shaped collectives ----------------------------------------------------------
 def _linkcheck(tmp_path, *args) -> list[dict]:
     out = tmp_path / "rows.json"
-    cmd = [sys.executable, str(ROOT / "runners" / "linkcheck.py"), "--backend", "tc", *args, "--json", str(out)]
+    cmd = [sys.executable, "-m", "dreamddp.bench.link", "--backend", "tc", *args, "--json", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return json.loads(out.read_text())["rows"]

@@ -1,5 +1,5 @@
 """Coarse check of the simulator against a measured CPU run (the benchmark is
-runners/bench_algorithms.py): a dreamddp run profiles itself, schedules, trains
+dreamddp-bench run): a dreamddp run profiles itself, schedules, trains
 under an emulated link in the paper's regime, and records the simulator's
 prediction next to the measurement.  Compute time on a shared 2-core machine
 is noisy, so the bound here is loose; the benchmark prints the exact ratios."""

@@ -124,7 +124,7 @@ def _run(args: list[str], cwd: Path = REPO, timeout: int = 400) -> subprocess.Co
 def real_runs(tmp_path_factory) -> Path:
     """Two real tiny runs (S-SGD and DreamDDP, ResNet-18 tiny, ratio-7 link) in one sweep dir."""
     sweep = tmp_path_factory.mktemp("results_runs")
-    p = _run(["runners/sweep.py", "experiment=convergence_cpu", "model=resnet18", "model.size=tiny", "algo=ssgd,dreamddp",
+    p = _run(["-m", "dreamddp.cli", "-m", "experiment=convergence_cpu", "model=resnet18", "model.size=tiny", "algo=ssgd,dreamddp",
               "train.iterations=4", "train.eval_every=2", "train.divergence_every=2", "data.eval_batches=1",
               f"hydra.sweep.dir={sweep}"])
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

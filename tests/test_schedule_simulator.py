@@ -281,7 +281,7 @@ def test_the_engines_host_work_per_op_is_charged_where_it_runs():
 
 def test_a_benchmark_turn_lines_the_ranks_up_at_its_barrier():
     """``turn``: an interleaved benchmark starts every turn at a barrier outside the timed
-    iterations (runners/bench_worker.py), and the iteration reported is rank 0's, whose record
+    iterations (dreamddp/bench/worker.py), and the iteration reported is rank 0's, whose record
     it is.  Rank 0 computes 1 s per iteration, rank 1 1.5 s; FLSGD syncs once per window (H=2,
     a free all-reduce).  Continuous, the window's sync waits for all that rank 1 lags: every
     rank's pace is rank 1's.  One iteration per turn, rank 0 waits at the sync only for the

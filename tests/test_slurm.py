@@ -84,7 +84,7 @@ def test_cluster_is_one_idle_node_with_this_hosts_cpus(cluster):
 def test_submitit_sweep_of_two_runs_completes(cluster, tmp_path):
     sweep = tmp_path / "sweep"
     env = {**cluster, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    args = ["runners/sweep.py", "experiment=divergence_cpu", "hydra/launcher=submitit_slurm", "cluster=slurm",
+    args = ["-m", "dreamddp.cli", "-m", "experiment=divergence_cpu", "hydra/launcher=submitit_slurm", "cluster=slurm",
             "cluster.nproc=2", "cluster.threads_per_worker=1", "model=resnet18", "algo=ssgd,flsgd",
             "bandwidth=ideal", "train.iterations=3", "data.eval_batches=1", f"hydra.sweep.dir={sweep}",
             "hydra.launcher.cpus_per_task=2", "hydra.launcher.timeout_min=10"]
@@ -106,7 +106,7 @@ def test_one_task_per_worker_shape(cluster, tmp_path):
     """slurm_gpu's default shape: cluster.nproc SLURM tasks, each one worker (srun identity, no torchrun)."""
     sweep = tmp_path / "sweep"
     env = {**cluster, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    args = ["runners/sweep.py", "experiment=divergence_cpu", "hydra/launcher=slurm_gpu", "cluster=slurm",
+    args = ["-m", "dreamddp.cli", "-m", "experiment=divergence_cpu", "hydra/launcher=slurm_gpu", "cluster=slurm",
             "cluster.nproc=2", "cluster.threads_per_worker=1", "model=resnet18", "algo=flsgd", "bandwidth=ideal",
             "train.iterations=3", "data.eval_batches=1", f"hydra.sweep.dir={sweep}",
             "hydra.launcher.gpus_per_node=null", "hydra.launcher.timeout_min=10"]
@@ -250,7 +250,7 @@ def test_one_task_per_worker_on_two_nodes(two_nodes, tmp_path):
     the master is the first node of the step, as SLURM addresses it."""
     sweep = tmp_path / "sweep"
     env = {**two_nodes, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    args = ["runners/sweep.py", "hydra/launcher=slurm_gpu", "cluster=slurm", "cluster.nnodes=2", "cluster.nproc=1",
+    args = ["-m", "dreamddp.cli", "-m", "hydra/launcher=slurm_gpu", "cluster=slurm", "cluster.nnodes=2", "cluster.nproc=1",
             "cluster.threads_per_worker=1", *SMALL, "algo=ssgd", "train.iterations=3", f"hydra.sweep.dir={sweep}",
             "hydra.launcher.gpus_per_node=null", "hydra.launcher.timeout_min=10"]
     p = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

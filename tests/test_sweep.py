@@ -2,7 +2,7 @@
 
 The sweep test runs two tiny trainings (ResNet-18 tiny, 2 workers, 2
 iterations, no link pacing) with Hydra's basic launcher through
-runners/sweep.py, reruns the sweep (nothing to do), then marks one run failed
+dreamddp-run -m, reruns the sweep (nothing to do), then marks one run failed
 and reruns again (only that one trains).
 """
 
@@ -82,7 +82,7 @@ def test_every_job_of_a_preset_passes_the_sweeps_own_check(preset):
 
 def _sweep(sweep_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    args = ["runners/sweep.py", "experiment=divergence_cpu", "model=resnet18", "algo=ssgd,flsgd", "bandwidth=ideal",
+    args = ["-m", "dreamddp.cli", "-m", "experiment=divergence_cpu", "model=resnet18", "algo=ssgd,flsgd", "bandwidth=ideal",
             "train.iterations=2", "data.eval_batches=1", f"hydra.sweep.dir={sweep_dir}", *extra]
     return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
 

@@ -29,7 +29,7 @@ from test_netshape import _tc_skip_reason  # one definition of "can this host sh
 
 
 GBPS = 0.02  # 20 Mbit/s: 2.4 MiB of tiny-GPT-2 gradients take ~1 s per all-reduce
-# runners/linkcheck.py --backend tc --gbps 0.05 --workers 2 measured 1.042 here (1.056 at
+# dreamddp-bench link --backend tc --gbps 0.05 --workers 2 measured 1.042 here (1.056 at
 # 1 Gbit/s): TCP/IP + Ethernet headers that tbf counts and the model does not.
 CALIBRATION = 1.04
 TOLERANCE = 0.15

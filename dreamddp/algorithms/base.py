@@ -111,7 +111,9 @@ class Algorithm:
 
     @classmethod
     def build(cls, cfg, setup: dict | None = None) -> "Algorithm":
-        return cls(cfg, setup)
+        # An option may select a subclass registered with ALGORITHMS.register_variant
+        # (dreamddp's overlap_forward), which this class's module does not import.
+        return ALGORITHMS.resolve(cls, cfg)(cfg, setup)
 
     @classmethod
     def merges_late(cls, cfg) -> bool:
@@ -132,10 +134,11 @@ class Algorithm:
         passes run first, then ``set_algorithm``), with every replica starting from rank
         0's parameters, as DDP does (``grad_clip``: train.grad_clip, which plans may depend
         on; ``cfg``: the run's ``algo`` options).  Algorithms that sync by themselves override it."""
-        from dreamddp.algorithms.nosync import NoSync
         from dreamddp.engine.engine import PartialSyncEngine
 
-        engine = PartialSyncEngine(model, units, comm, NoSync(NoSync.Config(name="nosync")), sample_every=sample_every,
+        # By its registry name: nosync.py subclasses this module, so importing it here is a circle
+        idle = ALGORITHMS.lookup("nosync")
+        engine = PartialSyncEngine(model, units, comm, idle(idle.Config(name="nosync")), sample_every=sample_every,
                                    grad_clip=grad_clip)
         comm.broadcast(engine.flat.params, src=0)
         return engine, model

@@ -25,7 +25,7 @@ passthrough = lazy("dreamddp.engine.passthrough")
 class DDPConfig(AlgoConfig):
     # DDP's own bucket_cap_mb (MiB). null: torch's default, 25 MiB buckets after a first one of
     # 1 MiB. A size at least the model's gives one bucket, all-reduced once backward has made every
-    # gradient: S-SGD's definition run by DDP, so S-SGD's like for like (runners/bench_segments.py).
+    # gradient: S-SGD's definition run by DDP, so S-SGD's like for like (dreamddp/bench/segments.py).
     bucket_cap_mb: Optional[float] = None
 
 

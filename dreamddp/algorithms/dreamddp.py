@@ -149,14 +149,6 @@ class DreamDDP(DelayedMerge, PartialParamSync):
             made["delayed"] = [[list(r) for r in its] for its in delayed]
         return {"schedule": made}
 
-    @classmethod
-    def build(cls, cfg, setup: dict | None = None):
-        if cfg.overlap_forward:
-            from dreamddp.algorithms.dreamddp_overlap import DreamDDPOverlap
-
-            return DreamDDPOverlap(cfg, setup)
-        return cls(cfg, setup)
-
     def __init__(self, cfg, setup: dict | None = None):
         super().__init__(cfg, setup)
         if "schedule" not in self.setup:

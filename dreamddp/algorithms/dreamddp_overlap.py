@@ -34,6 +34,7 @@ more of the input side in one iteration than the paper's model allows.
 
 from __future__ import annotations
 
+from dreamddp.algorithms.base import ALGORITHMS
 from dreamddp.algorithms.delayed_merge import is_late
 from dreamddp.algorithms.dreamddp import DreamDDP
 from dreamddp.engine.plan import contiguous_runs
@@ -42,8 +43,9 @@ from dreamddp.lazy import lazy
 substep = lazy("dreamddp.engine.substep")
 
 
+@ALGORITHMS.register_variant("overlap_forward")
 class DreamDDPOverlap(DreamDDP):
-    """Not registered: DreamDDP.build picks it for ``algo.overlap_forward=true``."""
+    """A variant, not a member: building dreamddp picks it for ``algo.overlap_forward=true``."""
 
     uses_forward_hooks = True
     owns_optimizer_step = True

@@ -2,7 +2,7 @@
 
 On a paced link the real collective only carries the bytes; the link model
 says when they arrive.  On CPU, gloo's threads compete with the computing
-workers for the cores (runners/carrier_check.py, 4 workers on 2 cores: of 10
+workers for the cores (docs/findings.md; 4 workers on 2 cores: of 10
 small all-reduces launched before 100 ms of compute, anywhere from 0 to 9 had
 completed at its end, run to run), so a real collective started during
 backward may complete long after the link model's deadline, and each one pays

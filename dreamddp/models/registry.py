@@ -12,7 +12,7 @@ Four presets per model:
 - ``compute``: CPU-sized for the benchmark's compute regime: wide enough that,
   on one CPU core per worker, backward takes about twice forward and the
   optimizer step is small next to backward, as the paper models on a GPU
-  (measured: ``python runners/compute_split.py``, results/bench/compute_split.md),
+  (each benchmark report's compute split line measures it: results/bench/),
   with the paper model's share of bytes in embeddings/head where it has one;
 - ``paper``: the models of the DreamDDP paper, whose module names match the
   authors' published profiles so their schedules apply to ours.
@@ -72,9 +72,8 @@ MODELS: dict[str, ModelSpec] = {
             # width 32, not 16: the classifier's share grows as the convolutions shrink
             "small": dict(block="bottleneck", num_blocks=(3, 4, 6, 3), base_width=32,
                           num_classes=100),  # 6.0M
-            # The paper's width at a CPU batch: width 48 (13.2M) measured backward / forward 1.56
-            # and 1.65 on one core per worker, at the regime's edge (1.6-2.4); 64 measured 1.84 and
-            # 1.94 (python runners/compute_split.py --models resnet50 --set model.base_width=...).
+            # The paper's width at a CPU batch: narrower widths measured backward / forward at the
+            # regime's edge (1.6-2.4) on one core per worker (docs/findings.md).
             "compute": dict(block="bottleneck", num_blocks=(3, 4, 6, 3), base_width=64,
                             num_classes=100),  # 23.5M
             "paper": dict(block="bottleneck", num_blocks=(3, 4, 6, 3), base_width=64,

@@ -36,7 +36,7 @@ import sys
 import threading
 
 from dreamddp.netshape._iproute import NAME_RE, NetshapeError, delete_netns, netns_list, run
-from dreamddp.run.supervise import alive
+from dreamddp.procs import alive
 
 IFNAME = "shaped0"
 SUBNET = "10.77.0"  # private /24, only ever inside our own namespaces

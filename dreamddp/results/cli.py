@@ -1,10 +1,14 @@
-"""``python -m dreamddp.results``: run records -> compact copies, tables, figures, W&B table.
+"""``dreamddp-results``: run records -> the result card, compact copies, tables, figures, W&B table.
 
-    python -m dreamddp.results collect --runs multirun --out results/runs
-    python -m dreamddp.results figures --runs results/runs --out results
-    python -m dreamddp.results tables  --runs results/runs --out results [--metric loss] [--target gpt2/tiny=6.5]
-    python -m dreamddp.results wandb   --runs results/runs --dir multirun/wandb-summary [--mode offline]
+    dreamddp-results card multirun/2026-12-01/10-00-00 [--figure loss.png] [--csv card.csv]
+    dreamddp-results collect --runs multirun --out results/runs
+    dreamddp-results figures --runs results/runs --out results
+    dreamddp-results tables  --runs results/runs --out results [--metric loss] [--target gpt2/tiny=6.5]
+    dreamddp-results wandb   --runs results/runs --dir multirun/wandb-summary [--mode offline]
+    dreamddp-results scheduler-reference --out results/scheduler     # needs the authors' profiles
+    dreamddp-results index --results results                          # results/README.md
 
+``python -m dreamddp.results`` is the same program.
 ``--runs`` takes directories (searched recursively for run.json and compact
 records), run.json files, or W&B offline run dirs.  ``figures`` writes the
 tables too, so it regenerates everything under --out from the records alone.
@@ -34,8 +38,19 @@ def _targets(items: list[str]) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dreamddp.results", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="dreamddp-results", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("card", help="the result card of any run records, a sweep or a benchmark folder")
+    c.add_argument("runs", nargs="+", help="run dirs, run.json files, compact records, sweep or benchmark folders")
+    c.add_argument("--figure", default=None, help="loss vs training seconds (default: loss_vs_time.png in the first RUNS dir)")
+    c.add_argument("--no-figure", action="store_true")
+    c.add_argument("--csv", default=None, help="also write the card's rows here")
+    r = sub.add_parser("scheduler-reference", help="scheduler vs exact optimum on an authors' profile (paper Figs. 15, 16)")
+    r.add_argument("--profile", default=None, help="profile dir (default: the authors' A6000 ResNet-18)")
+    r.add_argument("--H", type=int, default=5)
+    r.add_argument("--out", default="results/scheduler")
+    i = sub.add_parser("index", help="results/README.md: every folder and report under a results tree")
+    i.add_argument("--results", default="results")
     for name, help_ in (("collect", "write compact copies of the run records"),
                         ("tables", "speedup tables (CSV + Markdown)"),
                         ("figures", "tables, figures and the measured-profile scheduler study"),
@@ -56,6 +71,23 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> list[Path]:
+    if args.command == "card":
+        from dreamddp.results.card import print_card
+
+        first = Path(args.runs[0])
+        figure = None if args.no_figure else args.figure or (first if first.is_dir() else first.parent) / "loss_vs_time.png"
+        print_card(args.runs, figure, args.csv)
+        return []
+    if args.command == "index":
+        from dreamddp.results.index import write_index
+
+        if not Path(args.results).is_dir():
+            raise FileNotFoundError(f"--results {args.results}: no such folder")
+        return [write_index(Path(args.results))]
+    if args.command == "scheduler-reference":
+        from dreamddp.results.scheduler import reference_study
+
+        return reference_study(Path(args.out), Path(args.profile) if args.profile else None, args.H)
     statuses = ("completed", "failed", "running", "preempted") if args.include_failed else ("completed",)
     skipped: list[tuple[Path, str]] = []
     runs = collect(args.runs, statuses, skipped)

@@ -3,12 +3,16 @@
 Every DreamDDP run profiles per-unit backward and all-reduce times before it
 trains; the compact record keeps that profile.  Here each profile (one per
 model and scale, from the scheduler study when it has runs, else from any
-DreamDDP run) goes through the same study as runners/scheduler_vs_optimum.py
-on the authors' profiles (dreamddp.schedule.compare.by_units/by_bandwidth):
+DreamDDP run) goes through the same study as ``reference_study`` on the authors'
+profiles (dreamddp.schedule.compare.by_units/by_bandwidth):
 the DFS scheduler's exposed wait per window against the exact optimum and
 PLSGD-ENP, cutting the profile to fewer units and scaling the link.
-Writes ``<out>/scheduler_measured/<model>_<scale>/`` (profile/, by_units.csv,
+Writes ``<out>/scheduler/measured/<model>_<scale>/`` (profile/, by_units.csv,
 by_bandwidth.csv) and ``<out>/figures/scheduler_measured[_<scale>].png``.
+
+``reference_study`` is the same study on one of the authors' profiles (paper Figs. 15 and
+16; ``dreamddp-results scheduler-reference``): by number of units, the profile cut to its
+first units (forward order); by bandwidth, comm times scaled to 1/8..8x the profile's.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from dreamddp.atomic import write_csv  # noqa: E402
-from dreamddp.schedule.compare import by_bandwidth, by_units  # noqa: E402
+from dreamddp.schedule.compare import by_bandwidth, by_units, reference_root  # noqa: E402
 from dreamddp.schedule.profile import load_profile  # noqa: E402
 
 RATIOS = (0.125, 0.25, 0.5, 1, 2, 4, 8)  # the runner's bandwidth ratios
@@ -54,8 +58,10 @@ def study(run: dict, folder: Path) -> tuple[list[dict], list[dict], int]:
     n = len(profile.units)
     if n < H:
         raise ValueError(f"{run['name']}: {n} units < H={H}; the scheduler needs a unit per iteration")
-    units = by_units(profile, range(H, min(n, 30) + 1), H)
-    bw = by_bandwidth(profile, RATIOS, H)
+    # the searches' own seconds left out: the CSVs are remade from the records, byte for byte
+    untimed = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time_")} for r in rows]  # noqa: E731
+    units = untimed(by_units(profile, range(H, min(n, 30) + 1), H))
+    bw = untimed(by_bandwidth(profile, RATIOS, H))
     write_csv(folder / "by_units.csv", units)
     write_csv(folder / "by_bandwidth.csv", bw)
     return units, bw, H
@@ -70,7 +76,7 @@ def make_scheduler_figures(runs: list[dict], out_dir: Path) -> list[Path]:
     for scale, items in by_scale.items():
         fig, axes = plt.subplots(2, len(items), figsize=(max(7.0, 4.8 * len(items)), 7.5), squeeze=False)
         for col, (model, run) in enumerate(items):
-            folder = out_dir / "scheduler_measured" / (f"{model}_{scale}" if scale else model)
+            folder = out_dir / "scheduler" / "measured" / (f"{model}_{scale}" if scale else model)
             units, bw, H = study(run, folder)
             written += [folder / "by_units.csv", folder / "by_bandwidth.csv"]
             ax = axes[0][col]
@@ -101,3 +107,52 @@ def make_scheduler_figures(runs: list[dict], out_dir: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+def _plot_reference(path: Path, units: list[dict], bw: list[dict], title: str) -> None:
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    x = [r["units"] for r in units]
+    ax = axes[0]
+    ax.plot(x, [r["wait_optimal"] for r in units], "k-", lw=3, alpha=0.35, label="exact optimum")
+    ax.plot(x, [r["wait_dreamddp"] for r in units], "o-", ms=4, label="DreamDDP DFS")
+    ax.plot(x, [r["wait_enp"] for r in units], "s--", ms=4, label="PLSGD-ENP")
+    ax.set(xlabel="units (profile cut)", ylabel="exposed wait per window (s)", title="by number of units")
+    ax.legend()
+    ax = axes[1]
+    ax.semilogy(x, [r["time_dreamddp_s"] * 1e3 for r in units], "o-", ms=4, label="DFS search time")
+    ax.semilogy(x, [r["time_optimal_s"] * 1e3 for r in units], "k^-", ms=4, label="exact DP time")
+    ax.semilogy(x, [r["contiguous_partitions"] for r in units], ":", label="partitions brute force visits (count)")
+    ax.set(xlabel="units (profile cut)", ylabel="ms  /  count", title="search cost")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    xb = [r["bandwidth_ratio"] for r in bw]
+    ax.loglog(xb, [r["wait_optimal"] for r in bw], "k-", lw=3, alpha=0.35, label="exact optimum")
+    ax.loglog(xb, [r["wait_dreamddp"] for r in bw], "o-", ms=4, label="DreamDDP DFS")
+    ax.loglog(xb, [r["wait_enp"] for r in bw], "s--", ms=4, label="PLSGD-ENP")
+    ax.set_xticks(xb, [f"{r:g}" for r in xb])
+    ax.minorticks_off()
+    ax.set(xlabel="bandwidth / profiled bandwidth", ylabel="exposed wait per window (s)", title="by bandwidth (all units)")
+    ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+REFERENCE_PROFILE = "paper-v1/A6000/resnet18"
+
+
+def reference_study(out: Path, profile_dir: Path | None = None, H: int = 5, min_units: int = 10,
+                    max_units: int = 30) -> list[Path]:
+    """The study on an authors' profile (default: the A6000 ResNet-18 one): by_units.csv,
+    by_bandwidth.csv and scheduler_vs_optimum.png under ``out``."""
+    d = profile_dir or reference_root() / REFERENCE_PROFILE
+    profile = load_profile(d)
+    units = by_units(profile, range(min_units, min(max_units, len(profile.units)) + 1), H)
+    bw = by_bandwidth(profile, RATIOS, H)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "by_units.csv", units)
+    write_csv(out / "by_bandwidth.csv", bw)
+    label = d.relative_to(reference_root()) if profile_dir is None else d
+    _plot_reference(out / "scheduler_vs_optimum.png", units, bw, f"{label}, H={H}")
+    return [out / "by_units.csv", out / "by_bandwidth.csv", out / "scheduler_vs_optimum.png"]

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
 from dreamddp.atomic import write_json
-from dreamddp.run.supervise import wake_terminated
+from dreamddp.procs import wake_terminated
 
 SUBDIR = "failures"
 EXITS_ENV = "DREAMDDP_EXITS"  # where a launcher writes its workers' exit statuses

@@ -6,7 +6,7 @@ srun identity in its environment): on a laptop, inside a one-task SLURM job
 host; a link type with a launcher of its own (``bandwidth.backend=tc``: one
 process per shaped network namespace) starts them instead.  Whatever the way,
 the parent forwards SIGINT/SIGTERM and kills stragglers after a grace period
-(dreamddp.run.supervise), leaves no process of the run behind, and makes sure
+(dreamddp.procs), leaves no process of the run behind, and makes sure
 run.json does not stay "running" when the workers died without closing it: it
 is marked failed with the rank that failed first and why (dreamddp.run.failures).
 
@@ -39,7 +39,7 @@ from dreamddp.comm.links import LINKS
 from dreamddp.comm.links.tc import LAUNCHED_ENV
 from dreamddp.run.dist_env import worker_env
 from dreamddp.run.record import load_record, mark_failed
-from dreamddp.run.supervise import no_leftovers, supervise
+from dreamddp.procs import no_leftovers, supervise
 
 log = logging.getLogger(__name__)
 

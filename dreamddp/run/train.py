@@ -197,7 +197,7 @@ class Run:
     # ---- 3. the training loop -------------------------------------------------------
     def loop(self, until: int | None = None) -> None:
         """Train up to iteration ``until`` (default: all of ``train.iterations``).  Callable in
-        chunks, with pause() / resume() around the gaps: runners/bench_worker.py interleaves
+        chunks, with pause() / resume() around the gaps: dreamddp/bench/worker.py interleaves
         several runs window by window so that they share the host's slow and fast spells."""
         cfg, tc, engine, rec = self.cfg, self.cfg.train, self.engine, self.recorder
         if self.next is None:

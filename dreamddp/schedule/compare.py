@@ -38,6 +38,19 @@ def reference_root() -> Path:
     raise FileNotFoundError("reference profiles not found; set DREAMDDP_REFERENCE_PROFILES")
 
 
+# The paper-v1 32-GPU iteration-time table: each model's A6000 profile times fixed (backward, comm)
+# multipliers before modelling (the reference README; ResNet-50 takes none).
+PAPER_32GPU = {"resnet18": (2.0, 1.0), "resnet50": (1.0, 1.0), "gpt2": (10.0, 5.0), "llama2": (10.0, 5.0)}
+
+
+def paper_32gpu_profile(model: str) -> Profile:
+    """``model``'s A6000 profile scaled as the paper's 32-GPU table scales it."""
+    from dreamddp.schedule.profile import load_profile
+
+    bp, comm = PAPER_32GPU[model]
+    return scaled(load_profile(reference_root() / "paper-v1/A6000" / model), bp=bp, comm=comm)
+
+
 def cut(profile: Profile, n: int) -> Profile:
     """The first ``n`` units in forward order: a shallower network (paper Fig. 15)."""
     if not 1 <= n <= len(profile.units):

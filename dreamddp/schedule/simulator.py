@@ -44,7 +44,7 @@ compute in one of them), which keeps how they moved together: on a shared
 host a slow spell slows every worker, and drawn apart it would count as skew.
 Without skew all ranks are the profile and the result is exact.
 
-A benchmark that interleaves runs (runners/bench_worker.py) starts every turn of
+A benchmark that interleaves runs (dreamddp/bench/worker.py) starts every turn of
 ``turn`` iterations at a barrier, outside the timed iterations: ``turn`` then
 lines the ranks up at each one (each rank's link paused through its wait, as
 ``Run.pause`` pauses it; the real backend's transfers done in the other runs'
@@ -271,7 +271,7 @@ class _Ranks:
         """The real transfers still running take the rank's core: its compute resumes when they
         end.  gloo's threads do their copies and sums on the computing cores: beside an
         all-reduce of 4-16 MiB, compute took 0.5-1.0 x the transfer's own time longer
-        (runners/carrier_check.py --contention-mib); charged whole, the upper end.  Behind a wait they
+        (docs/findings.md, the carrier check); charged whole, the upper end.  Behind a wait they
         cost nothing (the core idles there), and the queued carriers run only where the compute
         shares the host's cores (``bandwidth.carrier=auto`` is eager on GPUs)."""
         self.clock = np.maximum(self.clock, self.real_free)

@@ -18,7 +18,7 @@ from dreamddp.checks import ConfigError, positive
 from dreamddp.comm.cost import LinkModel
 from dreamddp.comm.links.base import Link
 from dreamddp.comm.links.registry import LINKS
-from dreamddp.run.supervise import supervise
+from dreamddp.procs import supervise
 
 log = logging.getLogger(__name__)
 LAUNCHED_ENV = "DREAMDDP_LAUNCHED"  # set in workers that dreamddp-run started

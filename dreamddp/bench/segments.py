@@ -1,0 +1,95 @@
+"""The segments of a benchmark job, named once: dreamddp/bench/jobs.py runs them, dreamddp/bench/report.py
+reads their records by these labels.  A segment is one algorithm's run in the job (its overrides and
+link); the timed ones share the emulated link, the engine-overhead ones run on the ideal link, and an
+opt-in one runs only where ``--only`` names it."""
+
+from __future__ import annotations
+
+import os
+
+
+ONE_BUCKET_MB = 1_000_000  # DDP's bucket cap that no model here reaches (1 TB)
+
+
+def segments(bucket_mb: float) -> list[dict]:
+    """The timed segments on the emulated link, then the engine-overhead ones on the ideal link."""
+    def seg(label, overrides, link="emulated", **kw):
+        return {"label": label, "overrides": overrides, "link": link, **kw}
+
+    buckets = f"algo.bucket_mb={bucket_mb}"
+    return [
+        seg("ssgd", ["algo=ssgd"]),
+        seg("ascwfbp", ["algo=ascwfbp", buckets]),
+        seg("dear", ["algo=dear", buckets]),
+        seg("flsgd", ["algo=flsgd"]),
+        seg("plsgd_enp", ["algo=plsgd_enp"]),
+        seg("streaming_diloco", ["algo=streaming_diloco"]),
+        seg("dreamddp", ["algo=dreamddp"]),
+        # opt-in: overlap_forward on DreamDDP's own schedule, planned for the end of backward (what
+        # dreamddp+overlap ran before the scheduler planned for its deadlines): the plan's share
+        seg("dreamddp+overlap+same-schedule", ["algo=dreamddp", "algo.overlap_forward=true"],
+            schedule_from="dreamddp", opt_in=True),
+        seg("dreamddp+overlap", ["algo=dreamddp", "algo.overlap_forward=true"]),
+        # opt-in: overlap_forward with its real collectives started at launch (eager) or at the first
+        # wait, in the next forward (deferred), where carrier=auto starts them as the iteration ends
+        seg("dreamddp+overlap+eager", ["algo=dreamddp", "algo.overlap_forward=true", "bandwidth.carrier=eager"],
+            opt_in=True),
+        seg("dreamddp+overlap+deferred", ["algo=dreamddp", "algo.overlap_forward=true", "bandwidth.carrier=deferred"],
+            opt_in=True),
+        seg("dreamddp+general", ["algo=dreamddp", "algo.scheduler=general"]),
+        seg("dreamddp+delay", ["algo=dreamddp", "algo.merge_delay=1"]),
+        # opt-in (--only names it): the delayed merge with its real collectives started at launch,
+        # so the late average has an iteration of slack for the slowest rank (results/bench_carrier)
+        seg("dreamddp+delay+eager", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=eager"], opt_in=True),
+        # opt-in: the late averages started, merged, when the iteration ends (the step carrier)
+        seg("dreamddp+delay+step", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=step"], opt_in=True),
+        # opt-in: the late averages carried at the next wait (carrier=auto picks step for them on a CPU)
+        seg("dreamddp+delay+deferred", ["algo=dreamddp", "algo.merge_delay=1", "bandwidth.carrier=deferred"],
+            opt_in=True),
+        # opt-in: the delayed merge composed with overlap_forward (the averages merged in place land
+        # in the next forward, the late ones an iteration later): against each alone on ResNet-18,
+        # where overlap_forward alone is about as fast as the delayed merge (results/bench_delay_overlap)
+        seg("dreamddp+overlap+delay", ["algo=dreamddp", "algo.overlap_forward=true", "algo.merge_delay=1"],
+            opt_in=True),
+        # opt-in: the delayed merge with no late collective cut into parts (as before algo.late_parts)
+        seg("dreamddp+delay+whole", ["algo=dreamddp", "algo.merge_delay=1", "algo.late_parts=1"], opt_in=True),
+        # opt-in: waits held (the core kept busy through the modelled transfer, not slept): whether the
+        # compute after a wait is slower for the core's idle spell
+        seg("dreamddp+hold", ["algo=dreamddp", "bandwidth.hold_core=true"], opt_in=True),
+        seg("flsgd+hold", ["algo=flsgd", "bandwidth.hold_core=true"], opt_in=True),
+        seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
+        seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
+        # opt-in: S-SGD's like for like, DDP with one bucket (a cap above any model's size), so its one
+        # all-reduce starts once backward has made every gradient, as S-SGD's does
+        seg("ddp+1bucket@ideal", ["algo=ddp", f"algo.bucket_cap_mb={ONE_BUCKET_MB}"], "ideal", memory=False,
+            opt_in=True),
+        # opt-in: DDP's like for like (buckets all-reduced as backward makes them), where S-SGD
+        # all-reduces after backward by definition
+        seg("ascwfbp@ideal", ["algo=ascwfbp", buckets], "ideal", memory=False, opt_in=True),
+        seg("nosync@ideal", ["algo=nosync"], "ideal"),
+        seg("plain@ideal", ["algo=plain"], "ideal"),
+    ]
+
+
+_ALL = segments(1.0)  # the labels and their kinds; the bucket size does not change them
+TIMED = [s["label"] for s in _ALL if s["link"] == "emulated"]
+IDEAL = [s["label"] for s in _ALL if s["link"] == "ideal"]
+OPT_IN = {s["label"] for s in _ALL if s.get("opt_in")}
+SCHEDULE_FROM = {s["label"]: s["schedule_from"] for s in _ALL if s.get("schedule_from")}  # runs on that one's schedule
+
+
+def calibration_overrides(spec: dict) -> list[str]:
+    """The job's calibration run: nosync on the ideal link, whose backward fixes the emulated rate."""
+    return spec["base"] + ["algo=nosync", "bandwidth=ideal", f"train.iterations={spec['calibration_iterations']}"]
+
+
+def segment_overrides(spec: dict, seg: dict, gbps: float, memory: bool = False, schedule: bool = True) -> list[str]:
+    """A segment's whole command line in the job of ``spec`` (dreamddp/bench/jobs.py's job_spec): the base,
+    its own overrides, its link (the emulated one at the calibrated ``gbps``), the schedule it runs on
+    (``schedule_from``: that segment's, written by its run, so ``schedule=False`` before the job),
+    and its iterations (a memory segment's fewer)."""
+    link = ["bandwidth=ideal"] if seg["link"] == "ideal" else ["bandwidth=1gbit", f"bandwidth.gbps={gbps}"]
+    extra = [f"algo.schedule={os.path.join(spec['out'], seg['schedule_from'], 'schedule.json')}"] \
+        if schedule and seg.get("schedule_from") else []
+    iterations = spec["memory_iterations"] if memory else spec["iterations"]
+    return spec["base"] + seg["overrides"] + link + extra + [f"train.iterations={iterations}"]

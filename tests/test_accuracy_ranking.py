@@ -1,0 +1,109 @@
+"""The bookkeeping of ``dreamddp-bench accuracy``, not the simulator's accuracy itself (that is
+measured by the command and checked run by run in test_predicted_vs_measured.py): its ranking
+measures (dreamddp/bench/accuracy_measures.py), exact on hand-made rows, per configuration, by
+pairs of runs and over the repetitions' medians; and how it goes round its ratios."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture()
+def study():
+    from dreamddp.bench import accuracy
+
+    return accuracy
+
+
+@pytest.fixture()
+def measures():
+    from dreamddp.bench import accuracy_measures
+
+    return accuracy_measures
+
+
+def row(algorithm: str, rep: int, measured: float, predicted: float, backward_x: float = 1.0) -> dict:
+    return {"model": "m", "ratio": 7.0, "rep": rep, "algorithm": algorithm, "measured_s": measured,
+            "predicted_s": predicted, "backward_x_reference": backward_x}
+
+
+def rows() -> list[dict]:
+    return [
+        # rep 0: a < b < c measured; b and c predicted the other way round, 1% apart: a tie
+        row("a", 0, 1.00, 1.00), row("b", 0, 1.50, 1.60), row("c", 0, 1.515, 1.55),
+        # rep 1: a and c swapped, measured 10% apart: c, the slower, computed 8% slow
+        row("a", 1, 1.00, 1.20), row("b", 1, 1.50, 1.60), row("c", 1, 1.10, 1.00, backward_x=1.08),
+        # rep 2: all right
+        row("a", 2, 1.02, 1.00), row("b", 2, 1.40, 1.50), row("c", 2, 1.60, 1.70),
+    ]
+
+
+def test_a_configuration_is_right_only_with_no_pair_swapped(measures):
+    ranks = measures.ranking(rows())
+    assert [(r["rep"], r["right"], r["right_but_ties"]) for r in ranks] == [(0, False, True), (1, False, False),
+                                                                             (2, True, True)]
+    assert ranks[0]["swapped"] == ["b < c by 1.0%"]
+    assert ranks[1]["swapped"] == ["a < c by 10.0%"]  # a measured faster, predicted slower
+
+
+def test_pairs_count_every_two_runs_of_a_configuration(measures):
+    pair = measures.pairs(rows())
+    # 3 pairs per repetition; wrong: (b, c) in rep 0 (1% apart), (a, c) in rep 1 (10% apart)
+    assert (pair["n"], pair["right"]) == (9, 7)
+    assert (pair["apart"], pair["right_apart"]) == (8, 7)
+    assert pair["far"] == ["m 7 rep 1: a < c by 10.0% (backward x reference 1.00, 1.08)"]
+
+
+def test_a_miss_beyond_the_tie_width_is_checked_against_the_other_repetitions(measures):
+    # rep 1's a < c (10% apart, predicted the other way round) is the one miss beyond 2%; reps 0 and 2
+    # measured a < c too: its measured order held
+    found = measures.flipped_elsewhere(rows())
+    assert (found["misses"], found["flipped"]) == (["m 7 rep 1: a < c"], [])
+    assert found["held"] == {"m 7: a < c": [pytest.approx(0.10)]}
+    # rep 2 measuring c fastest (0.90) instead, still predicted slowest: rep 1's miss moved between
+    # repetitions, and so do rep 2's own two new misses (c < a: reps 0 and 1 measured a < c; c < b: rep 0)
+    moved = [{**r, "measured_s": 0.90} if (r["rep"], r["algorithm"]) == (2, "c") else r for r in rows()]
+    assert measures.flipped_elsewhere(moved) == {
+        "held": {}, "gaps": [pytest.approx(0.10), pytest.approx(1.02 / 0.90 - 1), pytest.approx(1.40 / 0.90 - 1)],
+        "misses": ["m 7 rep 1: a < c", "m 7 rep 2: c < a", "m 7 rep 2: c < b"],
+        "flipped": ["m 7 rep 1: a < c (rep 2 measured the other way round)",
+                    "m 7 rep 2: c < a (rep 0, 1 measured the other way round)",
+                    "m 7 rep 2: c < b (rep 0 measured the other way round)"]}
+
+
+def test_the_exact_order_counts_every_misordered_pair_against_the_other_repetitions(measures):
+    # with no gap floor rep 0's b < c (1% apart) counts too: rep 1 measured c < b, as predicted
+    found = measures.flipped_elsewhere(rows(), min_gap=0.0)
+    assert found["misses"] == ["m 7 rep 0: b < c", "m 7 rep 1: a < c"]
+    assert found["gaps"] == [pytest.approx(0.01), pytest.approx(0.10)]
+    assert found["flipped"] == ["m 7 rep 0: b < c (rep 1 measured the other way round)"]
+    assert found["held"] == {"m 7: a < c": [pytest.approx(0.10)]}
+
+
+def test_the_order_over_repetitions_takes_each_algorithms_medians(measures):
+    (over,) = measures.median_ranking(rows())
+    # medians measured a 1.00, b 1.50, c 1.515; predicted a 1.00, b 1.60, c 1.55: b and c swapped, 1% apart
+    assert (over["reps"], over["right"], over["right_but_ties"]) == (3, False, True)
+    assert over["swapped"] == ["b < c by 1.0%"]
+    assert measures.median_ranking([r for r in rows() if r["rep"] == 0]) == []  # one repetition: nothing to pool
+
+
+def test_the_order_over_repetitions_ignores_how_fast_the_host_ran_each_one(measures):
+    # Repetition 1 run in an hour 1.7x slower, every time in it (measured and predicted) scaled:
+    # the medians are taken over each job's own scale, so the verdict is the same
+    slow = [{**r, "measured_s": 1.7 * r["measured_s"], "predicted_s": 1.7 * r["predicted_s"]} if r["rep"] == 1 else r
+            for r in rows()]
+    (over,) = measures.median_ranking(slow)
+    assert (over["right"], over["right_but_ties"], over["swapped"]) == (False, True, ["b < c by 1.0%"])
+    assert measures.median_ranking(slow) == measures.median_ranking(rows())
+
+
+def test_repetitions_go_round_the_ratios_and_rerun_unless_resumed(study, monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(study.jobs, "run_jobs", lambda args, reps: calls.append((args.ratio, reps, args.resume)))
+    for resume in ([], ["--resume"]):
+        calls.clear()
+        with pytest.raises(SystemExit, match="no run records"):
+            study.main(["--reps", "2", "--ratios", "2", "4", "--chunk", "1", "--out", str(tmp_path), *resume])
+        assert calls == [(2.0, [0], bool(resume)), (4.0, [0], bool(resume)),
+                         (2.0, [1], bool(resume)), (4.0, [1], bool(resume))]
