@@ -10,7 +10,7 @@ BENCH_ARGS ?=
 BENCH := $(OFFLINE) WANDB_MODE=disabled $(VENV)/bin/dreamddp-bench
 RESULTS_CLI := $(VENV)/bin/dreamddp-results
 
-.PHONY: figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew simulator-accuracy simulator-accuracy-fast gpu gpu-reports
+.PHONY: fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew simulator-accuracy simulator-accuracy-fast gpu gpu-reports
 
 bench: venv ## every algorithm side by side, compute presets, 2 workers, 3 repetitions -> results/bench/headline/
 	$(BENCH) run --preset headline --out $(RESULTS)/bench/headline $(BENCH_ARGS)
@@ -66,3 +66,8 @@ reports: venv ## remake every report under results/ from the committed records (
 reports-check: reports ## remake every report and fail if any differs from the committed one
 	@git diff --stat --exit-code -- $(RESULTS) && test -z "$$(git status --porcelain --untracked-files=all -- $(RESULTS))" \
 	  || { echo "reports-check: the reports above differ from their records' (commit what make reports wrote)"; exit 1; }
+
+FIXTURE := tests/fixtures/bench_small
+fixtures: venv ## remake the golden test's expected bench.csv and card from the fixture records (review the diff)
+	$(BENCH) report $(FIXTURE)
+	$(RESULTS_CLI) card $(FIXTURE)/runs --no-figure --csv $(FIXTURE)/card.csv > $(FIXTURE)/card.txt

@@ -25,7 +25,7 @@ from dreamddp.warmup.profiler import measure_profile
 from dist_util import run_workers
 from engine_fixtures import algo_cfg
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
 
 def test_clock_waits_for_the_device():
@@ -163,10 +163,10 @@ def test_workers_sharing_one_gpu_communicate_cuda_tensors_over_gloo():
 def _reserved_when_the_device_gets_there(rank, world):
     device = torch.device("cuda")
     comm = Communicator(link=EmulatedLink(gbps=10.0, alpha_s=0.0))
-    # The second pass is the measured one. Run once (H100, results/gpu/device/run4), the host
+    # The second pass is the measured one. Run once (H100, run 4 of results/gpu), the host
     # launched the all-reduce 0.26 ms after the device had finished its queue: something in a
     # first pass held it back (a kernel's first launch loading its module, we suppose; not
-    # measured), where the benchmarks' later iterations ran 13 ms ahead (results/gpu/host_lead.md).
+    # measured), where the benchmarks' later iterations ran 13 ms ahead (git history: results/gpu/host_lead.md).
     _queue_then_reduce(comm, device)
     return _queue_then_reduce(comm, device)
 

@@ -35,7 +35,6 @@ from test_netshape import _tc_skip_reason
 SMALL = ["model=gpt2", "data=synthetic", "train.batch_size=2", "data.block_size=32", "train.progress=false",
          "train.eval_every=0", "data.eval_batches=1", "cluster.nproc=2"]
 PROFILE = ["algo=dreamddp", "algo.H=2", "warmup.profile_iterations=3"]
-needs_tc = pytest.mark.skipif(_tc_skip_reason() is not None, reason=str(_tc_skip_reason()))
 
 
 class Job:
@@ -94,7 +93,9 @@ FAULTS = [  # (id, overrides, DREAMDDP_FAULT, failed rank, reason)
 ]
 
 
-@pytest.mark.parametrize("overrides,fault,rank,reason", [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS])
+@pytest.mark.parametrize("overrides,fault,rank,reason",
+                         [pytest.param(*f[1:], marks=[pytest.mark.tc] if f[0].startswith("tc-") else []) for f in FAULTS],
+                         ids=[f[0] for f in FAULTS])
 def test_a_failed_worker_ends_the_job_with_its_rank_and_reason(tmp_path, overrides, fault, rank, reason):
     if any(o.startswith("bandwidth=tc") for o in overrides) and _tc_skip_reason():
         pytest.skip(_tc_skip_reason())

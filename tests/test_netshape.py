@@ -39,7 +39,9 @@ def _tc_skip_reason() -> str | None:
 
 
 _SKIP = _tc_skip_reason()
-needs_tc = pytest.mark.skipif(_SKIP is not None, reason=str(_SKIP))
+def needs_tc(test):
+    """Marked ``tc`` (real shaped links) and skipped where this host cannot shape them."""
+    return pytest.mark.tc(pytest.mark.skipif(_SKIP is not None, reason=str(_SKIP))(test))
 
 
 def _ours(prefix: str) -> list[str]:

@@ -15,6 +15,7 @@ import pytest
 from dreamddp.run.summary import warmup_cut
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["dreamddp", "general"])
 def test_dreamddp_run_records_prediction_close_to_measurement(tmp_path, scheduler):
     run_dir = tmp_path / "run"

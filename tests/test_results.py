@@ -145,7 +145,7 @@ def test_figures_from_real_runs_and_from_their_compact_copies(real_runs, tmp_pat
     assert float(rows["ssgd"]["mean_iteration_time_s"]) == pytest.approx(full["ssgd"]["summary"]["mean_iteration_time"])
     assert float(rows["ssgd"]["speedup_iteration"]) == pytest.approx(
         full["ssgd"]["summary"]["mean_iteration_time"] / full["dreamddp"]["summary"]["mean_iteration_time"], rel=1e-5)
-    assert (tmp_path / "a" / "scheduler_measured" / "resnet18_tiny_cpu" / "by_units.csv").is_file()
+    assert (tmp_path / "a" / "scheduler" / "measured" / "resnet18_tiny_cpu" / "by_units.csv").is_file()
     # compact copies regenerate the same table
     assert _run(["-m", "dreamddp.results", "collect", "--runs", str(real_runs), "--out", str(tmp_path / "runs")]).returncode == 0
     assert len(list((tmp_path / "runs").rglob("*.json"))) == 2
@@ -153,6 +153,18 @@ def test_figures_from_real_runs_and_from_their_compact_copies(real_runs, tmp_pat
     assert p.returncode == 0, p.stderr
     a, b = (tmp_path / x / "tables" / "convergence_cpu.csv" for x in "ab")
     assert a.read_text() == b.read_text()
+
+
+def test_the_card_of_a_sweep_directory_shows_each_run_and_its_figure(real_runs, tmp_path):
+    p = _run(["-m", "dreamddp.results", "card", str(real_runs), "--figure", str(tmp_path / "loss.png")])
+    assert p.returncode == 0, p.stderr
+    rows = {line.split()[0]: line.split() for line in p.stdout.splitlines()[3:] if line.strip()}
+    full = {r["config"]["algo"]["name"]: r for r in collect([real_runs])}
+    assert set(rows) == {"ssgd", "dreamddp"}
+    assert float(rows["dreamddp"][2]) == pytest.approx(1e3 * full["dreamddp"]["summary"]["mean_iteration_time"], abs=0.06)
+    assert float(rows["dreamddp"][3]) == pytest.approx(full["ssgd"]["summary"]["mean_iteration_time"]
+                                                       / full["dreamddp"]["summary"]["mean_iteration_time"], abs=0.006)
+    assert (tmp_path / "loss.png").read_bytes().startswith(PNG_MAGIC)
 
 
 def test_cli_errors_are_one_line(tmp_path):

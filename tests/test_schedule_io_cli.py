@@ -101,7 +101,7 @@ def test_cli_plans_for_overlap_forward(tmp_path, capsys):
     """make bench's GPT-2 profile on its link: planned for the averages due at the next forward,
     the window syncs differently and the overlapped run is modelled faster than on the plan made
     for the end of backward."""
-    profile = Path(__file__).resolve().parents[1] / "results" / "bench" / "runs" / "gpt2" / "rep0" / "dreamddp" / "profile"
+    profile = Path(__file__).resolve().parents[1] / "results" / "bench" / "headline" / "runs" / "gpt2" / "rep0" / "dreamddp" / "profile"
     link = ["--H", "10", "--workers", "2", "--gbps", "0.07477"]
     assert main([str(profile), *link, "--out", str(tmp_path / "end.json")]) == 0
     capsys.readouterr()
@@ -119,7 +119,7 @@ def test_cli_plans_for_overlap_forward(tmp_path, capsys):
 def test_cli_simulates_dear_with_the_clip_norm(tmp_path, capsys):
     """--grad-clip: DeAR's reduce-scatters complete at the step, where the norm is all-reduced, so
     its modelled iteration grows; the algorithms that clip locally do not change."""
-    profile = Path(__file__).resolve().parents[1] / "results" / "bench" / "runs" / "gpt2" / "rep0" / "dreamddp" / "profile"
+    profile = Path(__file__).resolve().parents[1] / "results" / "bench" / "headline" / "runs" / "gpt2" / "rep0" / "dreamddp" / "profile"
     rows = {}
     for clip in ("0", "1"):
         link = ["--H", "10", "--workers", "2", "--gbps", "0.07477", "--grad-clip", clip]
@@ -137,7 +137,7 @@ def test_cli_plans_a_delayed_merge(tmp_path, capsys, compose_cfg):
     the plain plan waits for, and a run takes the file as its schedule."""
     from dreamddp.config import validate
 
-    profile = Path(__file__).resolve().parents[1] / "results" / "bench" / "runs" / "gpt2" / "rep0" / "dreamddp" / "profile"
+    profile = Path(__file__).resolve().parents[1] / "results" / "bench" / "headline" / "runs" / "gpt2" / "rep0" / "dreamddp" / "profile"
     link = ["--H", "2", "--workers", "2", "--gbps", "0.07477"]
     out = tmp_path / "late.json"
     assert main([str(profile), *link, "--merge-delay", "1", "--out", str(out)]) == 0

@@ -81,6 +81,7 @@ def test_cluster_is_one_idle_node_with_this_hosts_cpus(cluster):
     assert state == "idle" and int(cpus) == os.cpu_count()
 
 
+@pytest.mark.slow
 def test_submitit_sweep_of_two_runs_completes(cluster, tmp_path):
     sweep = tmp_path / "sweep"
     env = {**cluster, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
@@ -139,6 +140,7 @@ def _job_state(cluster, job: str) -> dict:
     return dict(item.split("=", 1) for item in out.stdout.split() if "=" in item)
 
 
+@pytest.mark.slow
 def test_preemption_signal_checkpoints_requeues_and_the_job_resumes(cluster, tmp_path):
     """slurm/dreamddp.sbatch: SIGUSR1 to the batch shell (what --signal=B:USR1@120 sends before the time
     limit) -> checkpoint, "preempted", scontrol requeue -> the same job runs again and resumes."""

@@ -38,7 +38,9 @@ SMALL = ["model=gpt2", "train.batch_size=2", "data.block_size=32", "train.iterat
          "train.progress=false", "train.eval_every=0", "data.eval_batches=1", "cluster.nproc=2"]
 
 
-needs_tc = pytest.mark.skipif(_tc_skip_reason() is not None, reason=str(_tc_skip_reason()))
+def needs_tc(test):
+    """Marked ``tc`` (real shaped links) and skipped where this host cannot shape them."""
+    return pytest.mark.tc(pytest.mark.skipif(_tc_skip_reason() is not None, reason=str(_tc_skip_reason()))(test))
 
 
 def _netns_of(pid: int) -> list[str]:
@@ -60,6 +62,7 @@ def _ratio(tc: dict, emu: dict) -> float:
     return tc["summary"]["mean_iteration_time"] / emu["summary"]["mean_iteration_time"]
 
 
+@pytest.mark.slow
 @needs_tc
 def test_ssgd_tc_matches_emulated(tmp_path):
     tc = _train(tmp_path / "tc", "algo=ssgd", "bandwidth.backend=tc", f"bandwidth.gbps={GBPS}")
@@ -71,6 +74,7 @@ def test_ssgd_tc_matches_emulated(tmp_path):
     assert abs(_ratio(tc, emu) - 1) < TOLERANCE, (tc["summary"], emu["summary"])
 
 
+@pytest.mark.slow
 @needs_tc
 def test_dreamddp_tc_matches_emulated_on_one_schedule(tmp_path):
     # H=2: half the parameters per iteration, so the link still dominates; 10 iterations: five

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -211,7 +212,7 @@ def print_card(paths: list[str | Path], figure: str | Path | None = None, csv: s
     text = render(runs)
     print(text, end="")
     if figure:
-        print(f"figure: {write_figure(runs, Path(figure))}")
+        print(f"figure: {write_figure(runs, Path(figure))}", file=sys.stderr)
     if csv:
-        print(f"csv: {write_card_csv(runs, Path(csv))}")
+        print(f"csv: {write_card_csv(runs, Path(csv))}", file=sys.stderr)
     return text
