@@ -1,6 +1,6 @@
 """The package's shape: layers import downward only, and the planning side never loads torch.
 
-LAYERS is the chain the README draws, bottom up; a module may import from its
+LAYERS is the chain docs/architecture.md draws, bottom up; a module may import from its
 own layer and the layers below (every import statement counts, those inside
 functions too, and ``lazy("...")`` stand-ins).
 """
