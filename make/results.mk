@@ -10,7 +10,7 @@ BENCH_ARGS ?=
 BENCH := $(OFFLINE) WANDB_MODE=disabled $(VENV)/bin/dreamddp-bench
 RESULTS_CLI := $(VENV)/bin/dreamddp-results
 
-.PHONY: fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew simulator-accuracy simulator-accuracy-fast gpu gpu-reports
+.PHONY: fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency simulator-accuracy simulator-accuracy-fast gpu gpu-reports
 
 bench: venv ## every algorithm side by side, compute presets, 2 workers, 3 repetitions -> results/bench/headline/
 	$(BENCH) run --preset headline --out $(RESULTS)/bench/headline $(BENCH_ARGS)
@@ -20,6 +20,17 @@ bench-large: venv ## every algorithm on the compute-preset Llama-2 and ResNet-50
 
 bench-skew: venv ## 4 workers on 2 cores, small presets: what the workers' skew costs -> results/bench/skew/
 	$(BENCH) run --preset small --nproc 4 --out $(RESULTS)/bench/skew $(BENCH_ARGS)
+
+# On real links: the kernel's tbf shaping, one network namespace per worker (root); every
+# algorithm its own job beside its emulated twin at the same rate.
+bench-tc: venv ## every algorithm on real shaped links (tc) and emulated at the same rate, 3 repetitions -> results/bench/tc/
+	$(BENCH) run --link tc --preset headline --out $(RESULTS)/bench/tc $(BENCH_ARGS)
+
+LATENCIES ?= 0 10 40
+bench-latency: venv ## DreamDDP with and without fused collectives at 0, 10 and 40 ms per ring hop -> results/bench/latency/
+	@set -e; for ms in $(LATENCIES); do \
+	  $(BENCH) run --preset small --latency-ms $$ms --only flsgd dreamddp dreamddp+nofuse nosync@ideal plain@ideal \
+	    --no-memory --out $(RESULTS)/bench/latency/$${ms}ms $(BENCH_ARGS); done
 
 simulator-accuracy: venv ## predicted vs measured iteration time, every algorithm x 3 link rates x 2 models -> results/simulator/
 	$(BENCH) accuracy --reps 3 --chunk 1 --out $(RESULTS)/simulator
@@ -57,7 +68,8 @@ results-wandb: venv ## log the speedup tables of results/runs as W&B Tables (off
 # Every report from its committed records; the scheduler reference is left out (its CSVs time the
 # searches, so they differ run to run).
 reports: venv ## remake every report under results/ from the committed records (and results/README.md)
-	@set -e; for d in $(RESULTS)/bench/*/; do $(BENCH) report $$d; done
+	@set -e; for d in $$(find $(RESULTS)/bench -name bench.json -path '*/runs/bench.json' | sed 's|/runs/bench.json||; s|/tc$$||; s|/emulated$$||' | sort -u); do \
+	  $(BENCH) report $$d; done
 	$(BENCH) accuracy --report-only --out $(RESULTS)/simulator
 	$(BENCH) accuracy --report-only --ratios 0.1 --out $(RESULTS)/simulator/fast
 	@$(MAKE) --no-print-directory gpu-reports figures

@@ -201,6 +201,12 @@ def test_end_to_end_two_workers(tmp_path):
     assert record["status"] == "completed", record["error"]
     assert [r["iteration"] for r in record["iterations"]] == list(range(5))
     assert record["config"]["algo"]["name"] == "ssgd"
+    # an algorithm that plans without a profile still predicts its time before training
+    predicted = record["summary"]["predicted"]
+    assert predicted["mean_iteration_time"] > 0 and len(predicted["per_position"]) == record["config"]["algo"]["H"]
+    assert "median_abs" in predicted["error"] and all("predicted" in r for r in record["iterations"][1:])
+    assert f"predicted: {1e3 * predicted['mean_iteration_time']:.1f} ms per iteration" in out.stdout
+    assert (run_dir / "profile" / "bp.json").is_file()
     assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / "dreamddp.log").is_file()
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".")) == [".hydra"]
     assert processes_mentioning(str(run_dir)) == []

@@ -184,3 +184,26 @@ def test_missing_tc_binary_refused_by_the_cli_before_workers(tmp_path):
     assert errors == ["error: bandwidth=tc unavailable: `tc` is not installed (apt-get install iproute2 "
                       "util-linux); use the emulated link instead (bandwidth=1gbit)"], proc.stderr
     assert not run_dir.exists()
+
+
+@pytest.mark.slow
+@needs_tc
+def test_the_tc_benchmark_runs_each_algorithm_on_both_links_and_reports_them(tmp_path):
+    """dreamddp-bench run --link tc on tiny GPT-2: a calibration, then each algorithm as its own job
+    under tbf and emulated at the rate found, the side-by-side README and the a-priori table."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "tc"
+    done = subprocess.run([sys.executable, "-m", "dreamddp.bench.cli", "run", "--link", "tc", "--quick", "--reps", "1",
+                           "--models", "gpt2", "--only", "ssgd", "flsgd", "nosync@ideal", "--out", str(out)],
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    for link in ("tc", "emulated"):
+        for label in ("ssgd", "flsgd", "nosync@ideal"):
+            record = json.loads((out / link / "runs" / "gpt2" / "rep0" / label / "run.json").read_text())
+            assert record["status"] == "completed"
+    assert json.loads((out / "tc" / "runs" / "gpt2" / "rep0" / "ssgd" / "run.json").read_text())["extra"]["link"]["backend"] == "tc"
+    text = (out / "README.md").read_text()
+    assert "| ssgd |" in text and "| flsgd |" in text and "## A-priori prediction against the real link" in text

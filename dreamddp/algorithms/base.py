@@ -68,6 +68,9 @@ class Algorithm:
     # True: the model synchronises itself (torch DDP), outside our communicator: the link
     # cannot pace it and its traffic is not in a plan, so the simulator cannot time it.
     syncs_itself: ClassVar[bool] = False
+    # False: make_engine runs the model without the partial-sync engine (plain, DDP), so the
+    # start-up profile, which times units through the engine, cannot measure it.
+    on_engine: ClassVar[bool] = True
     uses_forward_hooks: ClassVar[bool] = False  # True: engine installs per-unit forward pre-hooks
     owns_optimizer_step: ClassVar[bool] = False  # True: engine.step calls optimizer_step() instead of clip + step
     owns_grad_zeroing: ClassVar[bool] = False  # True: begin_iteration leaves the flat gradient buffer alone

@@ -35,6 +35,7 @@ class DDP(Algorithm):
     Config = DDPConfig
     display = Display(0)
     syncs_itself = True
+    on_engine = False
 
     @classmethod
     def check(cls, cfg) -> None:

@@ -63,6 +63,11 @@ class DreamDDPConfig(AlgoConfig):
     # room (d iterations of compute less the step) may be cut into, part k launched k
     # iterations after the collective's own (schedule/delay.py), at most H; 1 = never cut.
     late_parts: int = 4
+    # Group consecutive units of one iteration into one collective where the link's cost per
+    # collective (its measured alpha plus, on a paced link, an all-reduce's latency hops)
+    # makes that shorten the modelled wait; false: the scheduler ignores that cost (one
+    # collective per unit, the paper's plan).
+    fuse: bool = True
 
 
 @ALGORITHMS.register
@@ -114,7 +119,8 @@ class DreamDDP(DelayedMerge, PartialParamSync):
         """The schedule: from ``algo.schedule``, or profiled and scheduled on the live job."""
         if cfg.schedule:
             return {"schedule": {"source": cfg.schedule, **read_schedule_file(cfg.schedule)}}
-        setup = cls.setup_from_profile(cfg, warmup.planning_profile(warmup.profile()), warmup.link_alpha)
+        alpha = warmup.link_alpha if cfg.fuse else 0.0
+        setup = cls.setup_from_profile(cfg, warmup.planning_profile(warmup.profile()), alpha)
         warmup.save_schedule(setup["schedule"])
         return setup
 

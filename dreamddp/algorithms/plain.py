@@ -18,6 +18,7 @@ passthrough = lazy("dreamddp.engine.passthrough")
 class Plain(Algorithm):
     name = "plain"
     display = Display(95)
+    on_engine = False
 
     @classmethod
     def make_engine(cls, model, units, comm, ctx, *, cfg, sample_every: int, grad_clip: float = 0.0):

@@ -19,7 +19,7 @@ import sys
 # subcommand -> (module under dreamddp.bench whose main(argv) runs it, what it does)
 SUBCOMMANDS = {
     "run": ("jobs", "algorithms side by side, interleaved and repeated, then the report and the result card"),
-    "report": ("report", "rebuild a benchmark's README.md and bench.csv from its run records"),
+    "report": ("rebuild", "rebuild a benchmark's README.md and bench.csv from its run records"),
     "accuracy": ("accuracy", "the simulator's predicted iteration time against the measured one"),
     "gpu": ("gpu", "the measurements of a lent GPU (CUDA tests, profiles, every algorithm), or their reports"),
     "link": ("link", "gloo's all-reduce time under a link backend against the ring formula"),

@@ -143,6 +143,7 @@ def job_spec(args, model: str, rep: int, out: str) -> dict:
         "segments": rotated([s for s in segments(MODELS[args.preset][model]["bucket_mb"])
                              if (s["label"] in args.only if args.only else not s.get("opt_in"))], rep),
         "ratio": args.ratio,
+        "latency_ms": args.latency_ms,
         "iterations": MODELS[args.preset][model].get("iterations", ITERATIONS) if args.iterations is None else args.iterations,
         "chunk": args.chunk or args.H,  # iterations of one segment per turn when they are interleaved
         "calibration_iterations": args.calibration_iterations,
@@ -207,6 +208,11 @@ def parse_args(argv=None, prog: str = "dreamddp-bench run") -> argparse.Namespac
     p.add_argument("--chunk", type=int, default=0,
                    help="iterations of one segment per turn of the interleaving (default 0: one H-window)")
     p.add_argument("--ratio", type=float, default=7.0, help="comm (all-reduce of all parameters) / backward")
+    p.add_argument("--latency-ms", type=float, default=0.0,
+                   help="the emulated link's latency per ring hop, on top of its rate (bandwidth.latency_ms)")
+    p.add_argument("--link", default="emulated", choices=("emulated", "tc"),
+                   help="emulated: one job per repetition, its runs interleaved on one emulated link; tc: every "
+                        "algorithm its own job on real shaped links, beside its emulated twin (separate.py)")
     p.add_argument("--iterations", type=int, default=None,
                    help=f"per segment (default: each model's in MODELS, else {ITERATIONS}); the first 10%% are not timed")
     p.add_argument("--calibration-iterations", type=int, default=16)
@@ -231,6 +237,10 @@ def parse_args(argv=None, prog: str = "dreamddp-bench run") -> argparse.Namespac
     args.out = args.out or os.path.join("outputs", "bench", args.preset)
     if args.chunk < 0:
         p.error(f"--chunk {args.chunk}: must be >= 1 (or 0: one H-window)")
+    if args.latency_ms < 0:
+        p.error(f"--latency-ms {args.latency_ms:g}: must be >= 0")
+    if args.latency_ms and args.link == "tc":
+        p.error("--latency-ms: the tc link has no latency here (tbf shapes the rate only); use --link emulated")
     if args.reps < 1:
         p.error(f"--reps {args.reps}: must be >= 1")
     unknown = [m for m in args.models if m not in MODELS[args.preset]]
@@ -242,6 +252,10 @@ def parse_args(argv=None, prog: str = "dreamddp-bench run") -> argparse.Namespac
         p.error(f"--only {bad[0]}: no such segment (have {', '.join(sorted(labels))})")
     if args.quick:
         args.nproc, args.iterations, args.calibration_iterations, args.profile_iterations = 2, 12, 6, 2
+    if args.link == "tc" and args.only is None:  # each run is its own job: the engine-overhead pairs stay out
+        from dreamddp.bench.separate import default_labels
+
+        args.only = default_labels()
     orphan = [label for label in args.only or () if SCHEDULE_FROM.get(label, label) not in args.only]
     if orphan:
         source = SCHEDULE_FROM[orphan[0]]
@@ -264,12 +278,17 @@ def check_configs(args: argparse.Namespace) -> None:
     from dreamddp.cli import check_group_options
     from dreamddp.config import CONFIG_NAME, ConfigError, conf_dir, validate
     from dreamddp.config.overrides import compose_checked
+    from dreamddp.bench.separate import link_overrides
 
     check_group_options(list(args.set), conf_dir())  # data=nope: refused with the options there are
     for model in args.models:
         spec = job_spec(args, model, 0, os.path.join(args.out, "runs", model, "rep0"))
         runs = [("calibration", calibration_overrides(spec))]
         runs += [(seg["label"], segment_overrides(spec, seg, gbps=1.0, schedule=False)) for seg in spec["segments"]]
+        if args.link == "tc":  # the shaped twin of every run on a link (its host checks: root, tbf)
+            runs += [(f"{seg['label']} (tc)", [o for o in segment_overrides(spec, seg, gbps=1.0, schedule=False)
+                                               if not o.startswith(("bandwidth=", "bandwidth.gbps="))]
+                      + link_overrides("tc", 1.0)) for seg in spec["segments"] if seg["link"] == "emulated"]
         for label, overrides in runs:
             try:
                 validate(compose_checked(conf_dir(), CONFIG_NAME, overrides))
@@ -300,8 +319,17 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     start = time.perf_counter()
     check_configs(args)
-    runs = run_jobs(args)
-    report.write(runs, args.out)
+    if args.link == "tc":
+        from dreamddp.bench import separate, tc_report
+
+        runs = separate.run_separate(args, job_spec)
+        for tree in runs:
+            report.write(tree, os.path.dirname(tree))
+        tc_report.write(args.out, runs)
+        runs = runs[0]  # the card: the real link's runs
+    else:
+        runs = run_jobs(args)
+        report.write(runs, args.out)
     print_card([runs], os.path.join(args.out, "loss_vs_time.png"))
     print(f"bench: {args.out}/README.md ({time.perf_counter() - start:.0f} s in all)")
     return 0

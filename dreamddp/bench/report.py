@@ -336,17 +336,3 @@ _READING = """## How to read it
   dreamddp+general profiles and schedules with `algo.scheduler=general`; dreamddp+delay with
   `algo.merge_delay=1`.
 """
-
-
-def main(argv=None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="dreamddp-bench report",
-                                     description="Rebuild a benchmark's README.md and bench.csv from its run records.")
-    parser.add_argument("out_dir", help="the folder dreamddp-bench run wrote (runs/ inside)")
-    out_dir = parser.parse_args(argv).out_dir
-    if not (Path(out_dir) / "runs" / "bench.json").is_file():
-        parser.error(f"{out_dir}: no runs/bench.json (not a folder dreamddp-bench run wrote)")
-    write(os.path.join(out_dir, "runs"), out_dir)
-    print(f"{out_dir}/README.md")
-    return 0

@@ -37,6 +37,9 @@ def segments(bucket_mb: float) -> list[dict]:
         seg("dreamddp+overlap+deferred", ["algo=dreamddp", "algo.overlap_forward=true", "bandwidth.carrier=deferred"],
             opt_in=True),
         seg("dreamddp+general", ["algo=dreamddp", "algo.scheduler=general"]),
+        # opt-in: one collective per unit whatever a collective costs (the paper's plan), beside
+        # dreamddp, which fuses units where the link's cost per collective makes that pay
+        seg("dreamddp+nofuse", ["algo=dreamddp", "algo.fuse=false"], opt_in=True),
         seg("dreamddp+delay", ["algo=dreamddp", "algo.merge_delay=1"]),
         # opt-in (--only names it): the delayed merge with its real collectives started at launch,
         # so the late average has an iteration of slack for the slowest rank (results/bench_carrier)
@@ -89,6 +92,8 @@ def segment_overrides(spec: dict, seg: dict, gbps: float, memory: bool = False, 
     (``schedule_from``: that segment's, written by its run, so ``schedule=False`` before the job),
     and its iterations (a memory segment's fewer)."""
     link = ["bandwidth=ideal"] if seg["link"] == "ideal" else ["bandwidth=1gbit", f"bandwidth.gbps={gbps}"]
+    if seg["link"] != "ideal" and spec.get("latency_ms"):
+        link.append(f"bandwidth.latency_ms={spec['latency_ms']}")
     extra = [f"algo.schedule={os.path.join(spec['out'], seg['schedule_from'], 'schedule.json')}"] \
         if schedule and seg.get("schedule_from") else []
     iterations = spec["memory_iterations"] if memory else spec["iterations"]

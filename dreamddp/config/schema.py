@@ -206,6 +206,10 @@ class WarmupConfig:
     # times on the live job) that DreamDDP's scheduler plans from; as many again run
     # with per-unit forward hooks, plus two dropped ones.
     profile_iterations: int = 10
+    # Every other run on the engine profiles this many passes at start-up the same way, and
+    # the simulator predicts its iteration time from that profile and its plan before it
+    # trains (one line at start, summary.predicted, the error per iteration). 0: no prediction.
+    predict_iterations: int = 3
 
 
 @dataclass

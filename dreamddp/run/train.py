@@ -105,7 +105,8 @@ class Run:
         self.task = MODELS[cfg.model.name].task
         self.start = 0  # first iteration to run (a checkpoint's step when resuming)
         self.next: int | None = None  # next iteration loop() runs (None: loop not started)
-        self.profiled = None  # the start-up profile the prediction at the end uses (Profile)
+        self.profiled = None  # the start-up profile the prediction is made from (Profile)
+        self.prediction: dict | None = None  # the simulator's, made before training (rank 0)
         self.compute: list[float] = []  # this rank's compute seconds (iteration less exposed wait)
 
     # ---- 1. build -----------------------------------------------------------------
@@ -169,6 +170,10 @@ class Run:
             if self.link.needs_calibration:
                 rec.set("link_calibration", self.link.calibrate(warmup))
             setup = self.algo_cls.prepare(cfg.algo, warmup)
+            # an algorithm that profiled for its plan predicts from that profile; the others
+            # profile a few passes for it (the reference runs off the engine cannot be profiled)
+            if warmup.profiled is None and cfg.warmup.predict_iterations and self.algo_cls.on_engine:
+                warmup.profile(cfg.warmup.predict_iterations)
             self.profiled = warmup.profiled
             self.data.train.load_state_dict(data_at)
             checkpoint.RNGState().load_state_dict(rng_at)
@@ -186,6 +191,10 @@ class Run:
         rec.set("link", {**self.link.describe(), "carrier": self.comm.carrier, "hold_core": self.comm.hold_core})
         rec.set("optimizer", type(self.optimizer).__name__)
         rec.set("algorithm", self.algorithm.describe())
+        if self.profiled is not None and rec.active:  # before training: a prediction, not a fit
+            self.prediction = self._predict(self.profiled)
+            print(f"predicted: {1e3 * self.prediction['mean_iteration_time']:.1f} ms per iteration, exposed wait "
+                  f"{1e3 * self.prediction['mean_wait']:.1f} ms (the simulator on the start-up profile)", flush=True)
         rec.set("units", [{"name": u.name, "numel": u.numel} for u in self.units])
         rec.set("world_size", self.ctx.world_size)
         rec.set("nnodes", self.ctx.nnodes)
@@ -271,9 +280,7 @@ class Run:
         timed = self.compute[warmup_cut(len(self.compute)):]
         if timed:  # every rank takes part (none has any after a restart that only finishes)
             self.recorder.set("compute_by_rank", compute_summary(gather_by_rank(self.comm, timed)))
-        predict = None
-        if self.profiled is not None:
-            predict = lambda: self._predict(self.profiled)  # noqa: E731
+        predict = None if self.prediction is None else (lambda: self.prediction)
         self.recorder.close(self.cfg, self.ctx.world_size, predict)
 
     def _predict(self, profile) -> dict:

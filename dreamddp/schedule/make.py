@@ -4,7 +4,9 @@ What each scheduler optimises, under which cost model (``cost``: FIFO link,
 each unit's all-reduce launched at its gradient, wait = drain - end of backward):
 
 - ``dreamddp``: the paper's DFS over CONTIGUOUS splits (each iteration syncs one
-  run of consecutive units, one collective per unit), then bubble filling;
+  run of consecutive units, one collective per unit), then bubble filling; where
+  each collective costs ``alpha`` its units are then fused into fewer collectives
+  where that drains sooner (fuse.py);
 - ``optimal``: the exact optimum over contiguous splits (same model), then
   bubble filling;
 - both, with ``overlap`` (``algo.overlap_forward``): the same search with each
@@ -32,6 +34,7 @@ from dataclasses import replace
 
 from dreamddp.schedule.bubble import bubble_fill
 from dreamddp.schedule.dfs import dreamddp
+from dreamddp.schedule.fuse import fuse
 from dreamddp.schedule.general import general
 from dreamddp.schedule.optimal import optimal
 from dreamddp.schedule.partition import equal_count_groups
@@ -65,7 +68,10 @@ def make_plan(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: boo
         schedule = optimal(profile, H, overlap)
     else:
         raise ValueError(f"scheduler: unknown {scheduler!r} (expected one of {', '.join(SCHEDULERS)})")
-    return (bubble_fill(profile, H, schedule, overlap) if bubble else schedule), None
+    schedule = bubble_fill(profile, H, schedule, overlap) if bubble else schedule
+    # the paper's plan is one collective per unit; where each collective costs alpha, fused
+    # runs drain sooner (fuse.py; planned for the end of backward, so not under overlap)
+    return schedule, (None if overlap else fuse(profile, H, schedule, alpha))
 
 
 def make_schedule(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: bool = True,

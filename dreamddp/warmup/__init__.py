@@ -26,6 +26,7 @@ TRANSFER_PROBE = {"repeats": 5, "warmup": 1}  # probe_latency rounds of each rea
 
 def check(warmup_cfg) -> None:
     at_least("warmup.profile_iterations", warmup_cfg.profile_iterations, 1)
+    at_least("warmup.predict_iterations", warmup_cfg.predict_iterations, 0)
 
 
 @dataclass
@@ -78,12 +79,13 @@ class Warmup:
                                iterations=CALIBRATION_ITERATIONS, comm_repeats=0)
         return prof.meta["backward_total"]
 
-    def profile(self) -> Profile:
+    def profile(self, iterations: int | None = None) -> Profile:
         """Per-unit forward, backward and all-reduce times under the configured link over
-        ``warmup.profile_iterations`` passes, saved beside the run record (``profile/``)."""
+        ``iterations`` passes (default ``warmup.profile_iterations``), saved beside the run
+        record (``profile/``)."""
         cfg = self.cfg
         profile = measure_profile(
-            self.engine, self.comm, self.optimizer, self.loss_fn, iterations=cfg.warmup.profile_iterations,
+            self.engine, self.comm, self.optimizer, self.loss_fn, iterations=iterations or cfg.warmup.profile_iterations,
             meta={"model": f"{cfg.model.name}/{cfg.model.size}", "link": self.comm.link.describe()},
         )
         self.recorder.save_profile(profile)
@@ -92,8 +94,12 @@ class Warmup:
 
     @property
     def link_alpha(self) -> float:
-        """The link's measured per-collective cost (0 before calibration)."""
-        return self.comm.link.alpha_s or 0.0
+        """What one collective costs on the link whatever its size (0 before calibration): the
+        measured alpha, and on a paced link the latency hops of an all-reduce too, which every
+        collective pays again (so fusing units saves them)."""
+        link = self.comm.link
+        model = link.model() if link.paced else None
+        return model.seconds("all_reduce", 0, self.world) if model else link.alpha_s or 0.0
 
     def planning_profile(self, profile: Profile) -> Profile:
         """The profile a scheduler should plan with.  On a paced link (emulated) the link is
