@@ -39,7 +39,7 @@ def test_a_costly_collective_makes_the_scheduler_fuse_units_and_fuse_false_does_
     cfg = DreamDDP.Config(name="dreamddp", H=3)
     fused = DreamDDP.setup_from_profile(cfg, _profile(), alpha=0.020)["schedule"]
     assert fused.get("collectives") and any(a != b for its in fused["collectives"] for a, b in its)
-    apart = DreamDDP.setup_from_profile(cfg, _profile(), alpha=0.0)["schedule"]
+    apart = DreamDDP.setup_from_profile(DreamDDP.Config(name="dreamddp", H=3, fuse=False), _profile(), alpha=0.020)["schedule"]
     assert not apart.get("collectives")  # one collective per unit
 
 

@@ -66,7 +66,8 @@ class DreamDDPConfig(AlgoConfig):
     # Group consecutive units of one iteration into one collective where the link's cost per
     # collective (its measured alpha plus, on a paced link, an all-reduce's latency hops)
     # makes that shorten the modelled wait; false: the scheduler ignores that cost (one
-    # collective per unit, the paper's plan).
+    # collective per unit, the paper's plan). The contiguous schedulers only: general plans
+    # its own collectives.
     fuse: bool = True
 
 
@@ -119,8 +120,7 @@ class DreamDDP(DelayedMerge, PartialParamSync):
         """The schedule: from ``algo.schedule``, or profiled and scheduled on the live job."""
         if cfg.schedule:
             return {"schedule": {"source": cfg.schedule, **read_schedule_file(cfg.schedule)}}
-        alpha = warmup.link_alpha if cfg.fuse else 0.0
-        setup = cls.setup_from_profile(cfg, warmup.planning_profile(warmup.profile()), alpha)
+        setup = cls.setup_from_profile(cfg, warmup.planning_profile(warmup.profile()), warmup.link_alpha)
         warmup.save_schedule(setup["schedule"])
         return setup
 
@@ -132,7 +132,8 @@ class DreamDDP(DelayedMerge, PartialParamSync):
         if cfg.schedule:
             return cls.prepare(cfg, None)
         H, names = cfg.H, profile.units
-        schedule, collectives = make_plan(profile, H, cfg.scheduler, cfg.bubble_fill, alpha, cfg.overlap_forward)
+        schedule, collectives = make_plan(profile, H, cfg.scheduler, cfg.bubble_fill, alpha, cfg.overlap_forward,
+                                          cfg.fuse)
         source = f"profiled ({cfg.scheduler}{', for overlap_forward' if cfg.overlap_forward else ''})"
         if not cfg.merge_delay:
             return {"schedule": {**cls.setup_from_schedule(H, schedule, collectives)["schedule"], "source": source}}

@@ -352,6 +352,9 @@ def structure_bound(label: str, rec: dict, profile: Profile, any_assignment: boo
     overrun = np.maximum(0.0, comm - (end - ready))  # in place, alone on the link (hiding_bound's terms)
     delay = int(algo.get("merge_delay") or 0)
     if not delay and algo.get("scheduler", "dreamddp") in CONTIGUOUS and not any_assignment:
+        if algo.get("fuse") and slack is None:  # fused runs pay a collective's fixed cost once, not per unit
+            fixed = link.seconds("all_reduce", 0, world)
+            return compute + optimal_cuts(bp, np.where(comm > 0, comm - fixed, 0.0), H)[0] / H
         return compute + optimal_cuts(bp, comm, H, slack, moved)[0] / H
     if not delay:
         return compute + hiding_bound(ready[synced], comm[synced], end[synced]) / H

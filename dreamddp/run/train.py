@@ -173,7 +173,8 @@ class Run:
             # an algorithm that profiled for its plan predicts from that profile; the others
             # profile a few passes for it (the reference runs off the engine cannot be profiled)
             if warmup.profiled is None and cfg.warmup.predict_iterations and self.algo_cls.on_engine:
-                warmup.profile(cfg.warmup.predict_iterations)
+                # on a paced link the link's model gives each unit's all-reduce: not timed here
+                warmup.profile(cfg.warmup.predict_iterations, comm=not self.link.paced)
             self.profiled = warmup.profiled
             self.data.train.load_state_dict(data_at)
             checkpoint.RNGState().load_state_dict(rng_at)

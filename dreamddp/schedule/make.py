@@ -50,10 +50,11 @@ def enp(units: list[str], H: int) -> dict[str, list[int]]:
 
 
 def make_plan(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: bool = True,
-              alpha: float = 0.0, overlap: bool = False) -> tuple[dict[str, list[int]], Runs | None]:
+              alpha: float = 0.0, overlap: bool = False, fused: bool = True) -> tuple[dict[str, list[int]], Runs | None]:
     """(unit -> iterations, collectives per iteration or None for one collective per unit).
     ``overlap``: the run overlaps the averages with the next forward (``algo.overlap_forward``),
-    so the contiguous schedulers plan with each average due at its unit's forward pre-hook."""
+    so the contiguous schedulers plan with each average due at its unit's forward pre-hook;
+    ``fused``: the contiguous schedulers' units fused into fewer collectives where that pays."""
     if not isinstance(H, int) or H < 1:
         raise ValueError(f"H must be an integer >= 1, got {H!r}")
     if scheduler == "enp":
@@ -71,7 +72,7 @@ def make_plan(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: boo
     schedule = bubble_fill(profile, H, schedule, overlap) if bubble else schedule
     # the paper's plan is one collective per unit; where each collective costs alpha, fused
     # runs drain sooner (fuse.py; planned for the end of backward, so not under overlap)
-    return schedule, (None if overlap else fuse(profile, H, schedule, alpha))
+    return schedule, (fuse(profile, H, schedule, alpha) if fused and not overlap else None)
 
 
 def make_schedule(profile: Profile, H: int, scheduler: str = "dreamddp", bubble: bool = True,

@@ -79,13 +79,15 @@ class Warmup:
                                iterations=CALIBRATION_ITERATIONS, comm_repeats=0)
         return prof.meta["backward_total"]
 
-    def profile(self, iterations: int | None = None) -> Profile:
+    def profile(self, iterations: int | None = None, comm: bool = True) -> Profile:
         """Per-unit forward, backward and all-reduce times under the configured link over
         ``iterations`` passes (default ``warmup.profile_iterations``), saved beside the run
-        record (``profile/``)."""
+        record (``profile/``); ``comm=False``: no all-reduce timed (a paced link's model
+        gives them)."""
         cfg = self.cfg
         profile = measure_profile(
             self.engine, self.comm, self.optimizer, self.loss_fn, iterations=iterations or cfg.warmup.profile_iterations,
+            **({} if comm else {"comm_repeats": 0}),
             meta={"model": f"{cfg.model.name}/{cfg.model.size}", "link": self.comm.link.describe()},
         )
         self.recorder.save_profile(profile)
