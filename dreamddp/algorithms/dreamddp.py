@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Display
+from dreamddp.algorithms.base import ALGORITHMS, Display
+from dreamddp.algorithms.outer import OuterConfig
 from dreamddp.algorithms.delayed_merge import DelayedMerge, is_late
 from dreamddp.algorithms.partial import PartialParamSync
 from dreamddp.checks import ConfigError, at_least, choice
@@ -35,7 +36,7 @@ SCHEDULERS = ("dreamddp", "optimal", "general")
 
 
 @dataclass
-class DreamDDPConfig(AlgoConfig):
+class DreamDDPConfig(OuterConfig):
     # Path to a schedule JSON ({"H": H, "schedule": {module: iteration(s)}}, the authors'
     # format, optionally with "collectives" and "delayed"); None = profile the live job at
     # start-up, then schedule.
@@ -170,11 +171,15 @@ class DreamDDP(DelayedMerge, PartialParamSync):
         self.groups, self.runs, self.delayed = _window(self.made, self.cfg.merge_delay, list(layout.names),
                                                        layout.modules, self.source)
         self.H = len(self.groups)
-        self._plans = window_plans(self.runs, self.delayed, self.cfg.merge_delay, self.cfg.overlap_forward)
+        self._plans = [tuple(self.outer_op(op) for op in plan)
+                       for plan in window_plans(self.runs, self.delayed, self.cfg.merge_delay, self.cfg.overlap_forward)]
         self.inplace = [sorted(u for op in plan if not is_late(op) for u in op.units) for plan in self._plans]
 
     def state_dict(self) -> dict:
-        return {"late": self.late_state()} if self.cfg.merge_delay else {}
+        state = super().state_dict()
+        if self.cfg.merge_delay:
+            state["late"] = self.late_state()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         if not self.cfg.merge_delay:

@@ -5,25 +5,30 @@ flat parameter buffer is all-reduced (AVG); nothing overlaps it.
 
 Numerics: torch's PeriodicModelAverager(period=H, warmup_steps=H-1) called
 after every step (equivalently PostLocalSGDOptimizer); with H = 1 and plain
-SGD it equals S-SGD.
+SGD it equals S-SGD.  With ``algo.outer_optimizer=nesterov`` (outer.py) it is DiLoCo: the
+whole model's outer gradient, outer Nesterov SGD on the anchor every H steps.
 """
 
 from __future__ import annotations
 
-from dreamddp.algorithms.base import ALGORITHMS, Algorithm, Display
+from dreamddp.algorithms.base import ALGORITHMS, Display
+from dreamddp.algorithms.outer import OuterSync
 from dreamddp.engine.plan import Payload, SyncOp, When
 
 
 @ALGORITHMS.register
-class FLSGD(Algorithm):
+class FLSGD(OuterSync):
     name = "flsgd"
     display = Display(40, periodic=True, authors_key="localsgd")
 
     def bind_plan(self, layout) -> None:
-        self._sync = (SyncOp(0, len(layout) - 1, Payload.PARAM, When.AFTER_STEP, When.AFTER_STEP),)
+        self._sync = (self.outer_op(SyncOp(0, len(layout) - 1, Payload.PARAM, When.AFTER_STEP, When.AFTER_STEP)),)
 
     def plan(self, t: int):
         return self._sync if (t + 1) % self.cfg.H == 0 else ()
 
     def describe(self) -> dict:
-        return {"name": self.name, "H": self.cfg.H}
+        out = {"name": self.name, "H": self.cfg.H}
+        if self.outer:
+            out["outer_optimizer"] = self.cfg.outer_optimizer
+        return out

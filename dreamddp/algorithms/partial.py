@@ -11,15 +11,16 @@ implementation does).
 Numerics relative to S-SGD: replicas are equal only right after a unit's
 average and differ by one local step afterwards; every unit is averaged at
 least once per H iterations (the same traffic as full local SGD).
+``algo.outer_optimizer=nesterov`` sends each synced unit's outer gradient instead (outer.py).
 """
 
 from __future__ import annotations
 
-from dreamddp.algorithms.base import Algorithm
+from dreamddp.algorithms.outer import OuterSync
 from dreamddp.engine.plan import Payload, SyncOp, When
 
 
-class PartialParamSync(Algorithm):
+class PartialParamSync(OuterSync):
     def assignment(self, layout) -> list[list[int]]:
         """Unit indices (backward order) synchronised in each iteration of the window."""
         raise TypeError(f"{type(self).__name__} must define assignment()")
@@ -37,7 +38,7 @@ class PartialParamSync(Algorithm):
 
     def ops(self, runs: list[tuple[int, int]], t: int) -> list[SyncOp]:
         """Iteration t's ops over its collectives' runs: averaged in place during backward."""
-        return [SyncOp(a, b, Payload.PARAM, When.UNIT_READY, When.END_OF_BACKWARD) for a, b in runs]
+        return [self.outer_op(SyncOp(a, b, Payload.PARAM, When.UNIT_READY, When.END_OF_BACKWARD)) for a, b in runs]
 
     def plan(self, t: int):
         return self._plans[t % self.H]
@@ -46,4 +47,6 @@ class PartialParamSync(Algorithm):
         out = {"name": self.name, "H": self.H, "groups": [list(g) for g in self.groups]}
         if any(a != b for runs in self.runs for a, b in runs):
             out["runs"] = [[list(r) for r in runs] for runs in self.runs]
+        if self.outer:
+            out["outer_optimizer"] = self.cfg.outer_optimizer
         return out

@@ -4,6 +4,7 @@
     dreamddp-bench link --backend tc --gbps 1,1,1,0.25     # one slow worker
     dreamddp-bench link --backend emulated --gbps 1 --calibration 1.05
     dreamddp-bench link --backend ideal --gbps 1
+    dreamddp-bench link --backend tc --gbps 0.05 --workers 2 --kind reduce_scatter   # DeAR's collectives
 
 Prints, per payload size: the mean measured time (slowest rank), the ring
 formula ``collective_time("all_reduce", ...)`` at the slowest link with
@@ -25,11 +26,13 @@ import tempfile
 import time
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="dreamddp-bench link", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", choices=["tc", "emulated", "ideal"], required=True)
     p.add_argument("--gbps", default=None, help="link rate; tc also takes one value per worker: 1,1,0.25")
     p.add_argument("--workers", type=int, default=None, help="default: 4, or the number of --gbps values")
     p.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 4, 16, 64])
+    p.add_argument("--kind", default="all_reduce", choices=["all_reduce", "reduce_scatter", "all_gather"],
+                   help="the collective timed; sizes are its whole tensor (a reduce-scatter's input, an all-gather's output)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--latency-ms", type=float, default=0.0, help="emulated link latency (and formula)")
     p.add_argument("--calibration", type=float, default=1.0, help="emulated link calibration")
@@ -59,17 +62,23 @@ def worker(a: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    shard = lambda t: torch.ones(t.numel() // world, dtype=t.dtype)  # noqa: E731  (one rank's share)
     if a.backend == "emulated":
         from dreamddp.comm.communicator import Communicator
         from dreamddp.comm.links.emulated import EmulatedLink
 
         comm = Communicator(group=None, link=EmulatedLink(a.rates[0], a.latency_ms, a.calibration, alpha_s=0.0))
-        reduce = lambda t: comm.all_reduce_avg(t).wait()  # noqa: E731
-    else:
-        reduce = dist.all_reduce
+        kinds = {"all_reduce": lambda t: comm.all_reduce_avg(t).wait(),
+                 "reduce_scatter": lambda t: comm.reduce_scatter_avg(t, shard(t)).wait(),
+                 "all_gather": lambda t: comm.all_gather(t, shard(t)).wait()}
+    else:  # the backend's own, unpaced: what crosses the shaped wire
+        kinds = {"all_reduce": dist.all_reduce,
+                 "reduce_scatter": lambda t: dist.reduce_scatter_tensor(shard(t), t),
+                 "all_gather": lambda t: dist.all_gather_into_tensor(t, shard(t))}
+    reduce = kinds[a.kind]
     rows = []
     for mb in a.sizes_mb:
-        flat = torch.ones(max(1, int(mb * 1e6) // 4), dtype=torch.float32)
+        flat = torch.ones(max(1, int(mb * 1e6) // 4 // world * world), dtype=torch.float32)
         times = []
         for rep in range(a.reps + 1):
             dist.barrier()
@@ -111,7 +120,7 @@ def measure(a: argparse.Namespace) -> list[dict]:
 
     with tempfile.TemporaryDirectory(prefix="linkcheck") as tmp:
         out = os.path.join(tmp, "rows.json")
-        fwd = ["--backend", a.backend, "--workers", str(a.workers), "--reps", str(a.reps),
+        fwd = ["--backend", a.backend, "--workers", str(a.workers), "--reps", str(a.reps), "--kind", a.kind,
                "--latency-ms", str(a.latency_ms), "--calibration", str(a.calibration),
                "--sizes-mb", *map(str, a.sizes_mb), "--worker-out", out]
         if a.rates:
@@ -132,7 +141,7 @@ def measure(a: argparse.Namespace) -> list[dict]:
     rows = []
     for r in result["rows"]:
         mean = statistics.fmean(r["times"])
-        formula = (collective_time("all_reduce", r["nbytes"], a.workers, min(a.rates), a.latency_ms / 1e3)
+        formula = (collective_time(a.kind, r["nbytes"], a.workers, min(a.rates), a.latency_ms / 1e3)
                    if a.rates else None)
         rows.append({"nbytes": r["nbytes"], "mean_s": mean, "median_s": statistics.median(r["times"]),
                      "times": r["times"],
@@ -154,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
         exit_worker(0)  # a gloo worker: no interpreter finalization (see exit_worker)
     rows = measure(a)
-    print(f"backend={a.backend} workers={a.workers} gbps={a.rates or '-'} reps={a.reps}")
+    print(f"backend={a.backend} kind={a.kind} workers={a.workers} gbps={a.rates or '-'} reps={a.reps}")
     print(f"{'size_MB':>9} {'measured_s':>11} {'formula_s':>10} {'ratio':>7}")
     for r in rows:
         f = f"{r['formula_s']:10.4f}" if r["formula_s"] else f"{'-':>10}"

@@ -37,7 +37,9 @@ RATIOS = (0.125, 0.25, 0.5, 1, 2, 4, 8)  # the runner's bandwidth ratios
 def pick_profiles(runs: list[dict]) -> dict[tuple, dict]:
     """(scale, model) -> the run whose profile represents it (scheduler study first)."""
     chosen: dict[tuple, dict] = {}
-    with_profile = [r for r in runs if r["extra"].get("profile_data")]
+    # DreamDDP's profiles: the ones its scheduler planned from (other runs profile only to
+    # predict, and on a paced link time no all-reduce)
+    with_profile = [r for r in runs if r["extra"].get("profile_data") and r["config"]["algo"]["name"] == "dreamddp"]
     for r in sorted(with_profile, key=lambda r: (r["study"] != "scheduler", r["name"])):
         key = (r["scale"], f"{r['config']['model']['name']}_{r['config']['model']['size']}")
         chosen.setdefault(key, r)

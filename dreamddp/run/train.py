@@ -282,6 +282,9 @@ class Run:
         if timed:  # every rank takes part (none has any after a restart that only finishes)
             self.recorder.set("compute_by_rank", compute_summary(gather_by_rank(self.comm, timed)))
         predict = None if self.prediction is None else (lambda: self.prediction)
+        if predict is None and not self.algo_cls.on_engine:  # say why, rather than leave it out
+            predict = lambda: {"reason": f"algo={self.cfg.algo.name} runs off the engine: no start-up "  # noqa: E731
+                                         "profile to predict from"}
         self.recorder.close(self.cfg, self.ctx.world_size, predict)
 
     def _predict(self, profile) -> dict:
