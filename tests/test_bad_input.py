@@ -96,7 +96,7 @@ def test_config_groups(compose_cfg, overrides, start):
 
 # --- what Hydra refuses while composing, in our one line (Hydra's own is several) ------
 COMPOSE = [
-    (["algo=flsgd", "algo.bucket_mb=1"], False, "algo.bucket_mb=1: algo (flsgd) has no key bucket_mb (its keys: name, H)"),
+    (["algo=flsgd", "algo.bucket_mb=1"], False, "algo.bucket_mb=1: algo (flsgd) has no key bucket_mb (its keys: name, H,"),
     (["trian.lr=3"], False, "trian.lr=3: the config has no key trian (its keys: seed, model, data, train, algo,"),
     (["train={a:1}"], False, "train={a:1}: train has no key a (its keys: iterations, batch_size, lr,"),
     (["train.lr=abc"], False, "train.lr=abc: Value 'abc' of type 'str' could not be converted to Float"),
@@ -119,7 +119,7 @@ def test_composition(overrides, multirun, start):
 
 
 @pytest.mark.parametrize("overrides,start", [
-    (["algo=flsgd", "++algo.bucket_mb=1"], "algo.bucket_mb=1: algo (flsgd) has no key bucket_mb (its keys: name, H)"),
+    (["algo=flsgd", "++algo.bucket_mb=1"], "algo.bucket_mb=1: algo (flsgd) has no key bucket_mb (its keys: name, H,"),
     (["++train.foo=2"], "train.foo=2: train has no key foo (its keys: iterations,"),
     (["+extra=1"], "extra=1: the config has no key extra (its keys: seed, model,"),
 ], ids=["force-added algo option", "force-added train key", "added top-level key"])
