@@ -10,7 +10,7 @@ BENCH_ARGS ?=
 BENCH := $(OFFLINE) WANDB_MODE=disabled $(VENV)/bin/dreamddp-bench
 RESULTS_CLI := $(VENV)/bin/dreamddp-results
 
-.PHONY: fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency simulator-accuracy simulator-accuracy-fast gpu gpu-reports
+.PHONY: fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency bench-methods simulator-accuracy simulator-accuracy-fast gpu gpu-reports
 
 bench: venv ## every algorithm side by side, compute presets, 2 workers, 3 repetitions -> results/bench/headline/
 	$(BENCH) run --preset headline --out $(RESULTS)/bench/headline $(BENCH_ARGS)
@@ -31,6 +31,16 @@ bench-latency: venv ## DreamDDP with and without fused collectives at 0, 10 and 
 	@set -e; for ms in $(LATENCIES); do \
 	  $(BENCH) run --preset small --latency-ms $$ms --only flsgd dreamddp dreamddp+nofuse nosync@ideal plain@ideal \
 	    --no-memory --out $(RESULTS)/bench/latency/$${ms}ms $(BENCH_ARGS); done
+
+# The methods the field moved to beside DreamDDP and FLSGD: iteration time and bytes on the compute
+# presets at comm/backward 7 and 30, and quality at equal iterations on the small presets.
+METHODS := flsgd dreamddp dreamddp+topk dreamddp+q4 dreamddp+nesterov flsgd+nesterov flsgd+nesterov+late \
+           streaming_diloco+e3m0 nosync@ideal plain@ideal
+bench-methods: venv ## compression, outer optimizers, late outer updates: time at ratio 7 and 30, quality -> results/bench/methods/
+	@set -e; for r in 7 30; do \
+	  $(BENCH) run --preset compute --ratio $$r --only $(METHODS) --no-memory --out $(RESULTS)/bench/methods/ratio$$r $(BENCH_ARGS); done
+	$(BENCH) run --preset small --iterations 330 --only $(METHODS) --no-memory --set train.eval_every=330 \
+	  --out $(RESULTS)/bench/methods/quality $(BENCH_ARGS)
 
 simulator-accuracy: venv ## predicted vs measured iteration time, every algorithm x 3 link rates x 2 models -> results/simulator/
 	$(BENCH) accuracy --reps 3 --chunk 1 --out $(RESULTS)/simulator

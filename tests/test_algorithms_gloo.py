@@ -122,8 +122,13 @@ def _partial_sync_consistency(rank, world, name, kw):
         # collectives, the run 0-1 in one; iteration 1 syncs unit 2.
         ("dreamddp", {"H": 2, "sched": {"4": [0], "3": [0], "2": [1], "0": [0]},
                       "collectives": [[("4", "3"), ("0", "0")], [("2", "2")]]}, {}),
+        # the outer optimizer and compression (outer.py): the anchors every rank steps agree
+        ("plsgd_enp", {"H": 3, "outer_optimizer": "nesterov"}, {}),
+        ("plsgd_enp", {"H": 3, "compress": "topk", "compress_ratio": 0.1}, {}),
+        ("dreamddp", {"H": 2, "sched": {"4": [0], "3": [0], "2": [1], "0": [1]}, "compress": "quant",
+                      "compress_bits": 4, "outer_optimizer": "nesterov"}, {}),
     ],
-    ids=["plsgd_enp", "dreamddp", "dreamddp-general"],
+    ids=["plsgd_enp", "dreamddp", "dreamddp-general", "plsgd_enp-nesterov", "plsgd_enp-topk", "dreamddp-quant-nesterov"],
 )
 def test_partial_sync_units_bitwise_equal_after_sync_and_each_once_per_window(name, kw, extra_syncs):
     results = run_workers(_partial_sync_consistency, 2, name, kw)
@@ -170,3 +175,18 @@ def test_ddp_bucket_cap_above_the_model_gives_one_bucket():
 
     for counts in run_workers(_ddp_bucket_counts, 2, ONE_BUCKET_MB):
         assert counts == [2, 1]
+
+
+def _compressed_gradients(rank, world, name, kw):
+    return _train_engine(rank, name, **kw), _train_engine(rank, name, compress="none")
+
+
+@pytest.mark.parametrize("name, kw", [("ssgd", {"compress": "topk", "compress_ratio": 0.05}),
+                                      ("ascwfbp", {"compress": "quant", "compress_bits": 4, "bucket_mb": 0.001}),
+                                      ("ssgd", {"compress": "quant", "compress_bits": 8, "error_feedback": False})])
+def test_compressed_gradients_keep_the_replicas_bitwise_equal(name, kw):
+    """Every rank sums every rank's decoded payload in rank order: the same mean everywhere, so
+    the replicas never drift; and the compression changes the trajectory (it is not a no-op)."""
+    (a, plain_a), (b, plain_b) = run_workers(_compressed_gradients, 2, name, kw)
+    assert torch.equal(a, b) and torch.equal(plain_a, plain_b)
+    assert not torch.equal(a, plain_a)

@@ -59,7 +59,10 @@ def _train(run_dir: Path, *overrides: str) -> dict:
     ["algo=dear", "algo.bucket_mb=0.5"],
     ["algo=dreamddp", "algo.H=3", "algo.overlap_forward=true", "warmup.profile_iterations=2", "bandwidth=ratio7"],
     ["algo=ddp"],
-], ids=["streaming_diloco", "dear", "dreamddp_overlap", "ddp"])
+    # the anchor, outer momentum and error-feedback residuals (outer.py, compress.py)
+    ["algo=dreamddp", "algo.H=3", "algo.compress=topk", "algo.compress_ratio=0.1", "algo.outer_optimizer=nesterov",
+     "warmup.profile_iterations=2", "bandwidth=ratio7"],
+], ids=["streaming_diloco", "dear", "dreamddp_overlap", "ddp", "dreamddp_topk_nesterov"])
 def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path, algo):
     a = _train(tmp_path / "a", *algo)
     assert [c["step"] for c in a["extra"]["checkpoints"]] == [3, 6]

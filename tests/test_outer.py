@@ -102,3 +102,76 @@ def test_the_anchor_and_momentum_resume_from_a_checkpoint():
 def test_the_outer_optimizer_is_refused_beside_a_late_merge(option):
     with pytest.raises(ConfigError, match=f"algo.{next(iter(option))}"):
         build_algorithm(algo_cfg("dreamddp", **NESTEROV, **option), {"schedule": {"H": 2, "schedule": {}}})
+
+
+def delayed_reference(steps: int, H: int, mu: float, lr: float = 0.7, factor: float = 2.0) -> torch.Tensor:
+    """FLSGD with the one-step-late outer step (flsgd.py's rule), per parameter, with
+    torch.optim.SGD(nesterov=True) stepping the anchor."""
+    model = small_model()
+    params = list(model.parameters())
+    anchor = [p.detach().clone().requires_grad_() for p in params]
+    outer = torch.optim.SGD(anchor, lr=lr, momentum=mu, nesterov=mu > 0)
+    start = [p.detach().clone() for p in params]  # s: where the window's progress is measured from
+    opt = torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    pending = None
+    for t in range(steps):
+        opt.zero_grad()
+        loss_of(model, batch(0, t)).backward()
+        opt.step()
+        if (t + 1) % H:
+            continue
+        sent = [factor * (s - p.detach()) for s, p in zip(start, params)]
+        if pending is None:
+            start = [p.detach().clone() for p in params]
+        else:
+            for a, d in zip(anchor, pending):
+                a.grad = d
+            outer.step()
+            with torch.no_grad():
+                for p, a, s in zip(params, anchor, start):
+                    p.add_(a - s)
+            start = [p.detach().clone() for p in params]
+        pending = sent
+    return torch.nn.utils.parameters_to_vector(params).detach()
+
+
+@pytest.mark.parametrize("mu", [0.9, 0.0])
+def test_the_one_step_late_outer_update_follows_its_rule(mu):
+    ours, engine = train("flsgd", 10, H=2, outer_momentum=mu, outer_delay=1, **NESTEROV)
+    torch.testing.assert_close(ours, delayed_reference(10, 2, mu), rtol=1e-6, atol=1e-7)
+    (op,) = engine.algorithm.plan(1)
+    assert op.lag == 2  # it completes at the end of the next window
+
+
+def test_the_one_step_late_update_resumes_with_its_mean_in_flight():
+    """A checkpoint between a launch and its landing keeps the landed mean, the anchor and the
+    window's starting point, and the resumed run ends where the uninterrupted one does."""
+    whole, _ = train("flsgd", 8, H=2, outer_delay=1, **NESTEROV)
+    comm = FakeCommunicator(2, 0, lambda kind, tag, t: [t, 3 * t])
+    model = small_model()
+    engine = PartialSyncEngine(model, enumerate_units(model), comm, build_algorithm(algo_cfg("flsgd", H=2, outer_delay=1, **NESTEROV)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for t in range(4):
+        engine_step(engine, model, opt, t)
+    engine.flush()
+    saved = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in engine.algorithm.state_dict()["outer"].items()}
+    assert len(saved["inflight"]) == 1
+    params, opt_state = [p.detach().clone() for p in model.parameters()], opt.state_dict()
+    model2 = small_model()
+    with torch.no_grad():
+        for p, q in zip(model2.parameters(), params):
+            p.copy_(q)
+    engine2 = PartialSyncEngine(model2, enumerate_units(model2), FakeCommunicator(2, 0, lambda kind, tag, t: [t, 3 * t]),
+                                build_algorithm(algo_cfg("flsgd", H=2, outer_delay=1, **NESTEROV)))
+    opt2 = torch.optim.SGD(model2.parameters(), lr=0.05, momentum=0.9)
+    opt2.load_state_dict(opt_state)
+    engine2.algorithm.load_state_dict({"outer": saved})
+    for t in range(4, 8):
+        engine_step(engine2, model2, opt2, t)
+    engine2.flush()
+    torch.testing.assert_close(torch.nn.utils.parameters_to_vector(model2.parameters()).detach(), whole, rtol=0, atol=0)
+
+
+def test_a_late_outer_step_is_flsgds_alone():
+    with pytest.raises(ConfigError, match="algo.outer_delay=1: algo=plsgd_enp syncs within the window"):
+        build_algorithm(algo_cfg("plsgd_enp", outer_delay=1))

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm, Display
+from dreamddp.algorithms.base import ALGORITHMS, Display
+from dreamddp.algorithms.compress import CompressConfig
+from dreamddp.algorithms.grad_compress import GradCompress
 from dreamddp.checks import positive
 from dreamddp.engine.plan import Payload, SyncOp, When
 from dreamddp.schedule.partition import buckets
 
 
 @dataclass
-class ASCWFBPConfig(AlgoConfig):
+class ASCWFBPConfig(CompressConfig):
     # Gradient bucket size in MB: consecutive units merge until a bucket holds this much
     # (a tiny value gives one bucket per unit).
     bucket_mb: float = 25.0
@@ -32,7 +34,7 @@ def bucket_bytes(cfg) -> int:
 
 
 @ALGORITHMS.register
-class ASCWFBP(Algorithm):
+class ASCWFBP(GradCompress):
     name = "ascwfbp"
     Config = ASCWFBPConfig
     display = Display(20, authors_key="pipe_sgd")
@@ -44,10 +46,12 @@ class ASCWFBP(Algorithm):
 
     def bind_plan(self, layout) -> None:
         self.buckets = buckets(list(layout.nbytes), bucket_bytes(self.cfg))
-        self._plan = tuple(SyncOp(a, b, Payload.GRAD, When.UNIT_READY, When.END_OF_BACKWARD) for a, b in self.buckets)
+        self._plan = tuple(self.compressed(SyncOp(a, b, Payload.GRAD, When.UNIT_READY, When.END_OF_BACKWARD), layout)
+                           for a, b in self.buckets)
 
     def plan(self, t: int):
         return self._plan
 
     def describe(self) -> dict:
-        return {"name": self.name, "buckets": len(self.buckets), "bucket_mb": self.cfg.bucket_mb}
+        return {"name": self.name, "buckets": len(self.buckets), "bucket_mb": self.cfg.bucket_mb,
+                **self.compress_describe()}

@@ -171,7 +171,7 @@ class DreamDDP(DelayedMerge, PartialParamSync):
         self.groups, self.runs, self.delayed = _window(self.made, self.cfg.merge_delay, list(layout.names),
                                                        layout.modules, self.source)
         self.H = len(self.groups)
-        self._plans = [tuple(self.outer_op(op) for op in plan)
+        self._plans = [tuple(self.outer_op(op, layout) for op in plan)
                        for plan in window_plans(self.runs, self.delayed, self.cfg.merge_delay, self.cfg.overlap_forward)]
         self.inplace = [sorted(u for op in plan if not is_late(op) for u in op.units) for plan in self._plans]
 

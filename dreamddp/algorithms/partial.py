@@ -31,6 +31,7 @@ class PartialParamSync(OuterSync):
         return [[(u, u) for u in g] for g in self.groups]
 
     def bind_plan(self, layout) -> None:
+        self._layout = layout
         self.groups = self.assignment(layout)
         self.runs = self.collectives(layout)
         self.H = len(self.groups)
@@ -38,7 +39,8 @@ class PartialParamSync(OuterSync):
 
     def ops(self, runs: list[tuple[int, int]], t: int) -> list[SyncOp]:
         """Iteration t's ops over its collectives' runs: averaged in place during backward."""
-        return [self.outer_op(SyncOp(a, b, Payload.PARAM, When.UNIT_READY, When.END_OF_BACKWARD)) for a, b in runs]
+        return [self.outer_op(SyncOp(a, b, Payload.PARAM, When.UNIT_READY, When.END_OF_BACKWARD), self._layout)
+                for a, b in runs]
 
     def plan(self, t: int):
         return self._plans[t % self.H]
@@ -48,5 +50,5 @@ class PartialParamSync(OuterSync):
         if any(a != b for runs in self.runs for a, b in runs):
             out["runs"] = [[list(r) for r in runs] for runs in self.runs]
         if self.outer:
-            out["outer_optimizer"] = self.cfg.outer_optimizer
+            out.update(self.outer_describe())
         return out

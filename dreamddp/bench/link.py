@@ -37,6 +37,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--latency-ms", type=float, default=0.0, help="emulated link latency (and formula)")
     p.add_argument("--calibration", type=float, default=1.0, help="emulated link calibration")
     p.add_argument("--shape-download", action="store_true", help="tc: also shape each worker's download")
+    p.add_argument("--gap-ms", type=float, default=0.0,
+                   help="idle time before each timed collective (as compute between a job's collectives)")
+    p.add_argument("--warm-tcp", action="store_true",
+                   help="tc: no slow start after an idle spell (net.ipv4.tcp_slow_start_after_idle=0 per worker)")
     p.add_argument("--json", default=None, help="also write the rows as JSON here")
     p.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)  # internal: worker mode
     a = p.parse_args(argv)
@@ -81,6 +85,8 @@ def worker(a: argparse.Namespace) -> None:
         flat = torch.ones(max(1, int(mb * 1e6) // 4 // world * world), dtype=torch.float32)
         times = []
         for rep in range(a.reps + 1):
+            if a.gap_ms:  # idle first: the barrier's few bytes barely reopen a restarted window
+                time.sleep(a.gap_ms / 1e3)
             dist.barrier()
             t0 = time.perf_counter()
             reduce(flat)
@@ -122,7 +128,7 @@ def measure(a: argparse.Namespace) -> list[dict]:
         out = os.path.join(tmp, "rows.json")
         fwd = ["--backend", a.backend, "--workers", str(a.workers), "--reps", str(a.reps), "--kind", a.kind,
                "--latency-ms", str(a.latency_ms), "--calibration", str(a.calibration),
-               "--sizes-mb", *map(str, a.sizes_mb), "--worker-out", out]
+               "--sizes-mb", *map(str, a.sizes_mb), "--worker-out", out, "--gap-ms", str(a.gap_ms)]
         if a.rates:
             fwd += ["--gbps", ",".join(map(str, a.rates))] if a.backend == "tc" else ["--gbps", str(a.rates[0])]
         argv_for_rank = lambda rank: [sys.executable, "-m", "dreamddp.bench.link", *fwd]  # noqa: E731
@@ -130,7 +136,8 @@ def measure(a: argparse.Namespace) -> list[dict]:
             from dreamddp.netshape import ShapedNetwork, check_tc_available, launch_shaped
 
             check_tc_available()
-            with ShapedNetwork(a.workers, a.rates, shape_download=a.shape_download) as net:
+            with ShapedNetwork(a.workers, a.rates, shape_download=a.shape_download,
+                               slow_start_after_idle=not a.warm_tcp) as net:
                 code = launch_shaped(net, argv_for_rank, dict(os.environ), 29500)
         else:
             code = _launch_local(a, argv_for_rank)

@@ -60,6 +60,16 @@ def segments(bucket_mb: float) -> list[dict]:
         # compute after a wait is slower for the core's idle spell
         seg("dreamddp+hold", ["algo=dreamddp", "bandwidth.hold_core=true"], opt_in=True),
         seg("flsgd+hold", ["algo=flsgd", "bandwidth.hold_core=true"], opt_in=True),
+        # opt-in: the methods the field moved to, on the same engine (docs/algorithms.md): DreamDDP
+        # with its syncs compressed (top-k 1% and 4-bit blocks, error feedback), layer-wise DiLoCo
+        # (DreamDDP with the outer Nesterov step), DiLoCo (FLSGD with it), its one-step-late
+        # variant, and Streaming DiLoCo's 4-bit path
+        seg("dreamddp+topk", ["algo=dreamddp", "algo.compress=topk", "algo.compress_ratio=0.01"], opt_in=True),
+        seg("dreamddp+q4", ["algo=dreamddp", "algo.compress=quant", "algo.compress_bits=4"], opt_in=True),
+        seg("dreamddp+nesterov", ["algo=dreamddp", "algo.outer_optimizer=nesterov"], opt_in=True),
+        seg("flsgd+nesterov", ["algo=flsgd", "algo.outer_optimizer=nesterov"], opt_in=True),
+        seg("flsgd+nesterov+late", ["algo=flsgd", "algo.outer_optimizer=nesterov", "algo.outer_delay=1"], opt_in=True),
+        seg("streaming_diloco+e3m0", ["algo=streaming_diloco", "algo.quantize=e3m0"], opt_in=True),
         seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
         seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
         # opt-in: S-SGD's like for like, DDP with one bucket (a cap above any model's size), so its one

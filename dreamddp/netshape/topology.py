@@ -103,6 +103,7 @@ class ShapedNetwork:
         burst_bytes: int | None = None,
         prefix: str | None = None,
         shape_download: bool = False,
+        slow_start_after_idle: bool = True,
     ):
         prefix = prefix if prefix is not None else "ddp" + secrets.token_hex(3)
         self.gbps = _check_args(n_workers, gbps, burst_bytes, prefix)
@@ -110,6 +111,7 @@ class ShapedNetwork:
         self.bursts = [burst_bytes or default_burst(g) for g in self.gbps]
         self.prefix = prefix
         self.shape_download = bool(shape_download)
+        self.slow_start_after_idle = bool(slow_start_after_idle)
         self.ifname = IFNAME
         base = f"{prefix}-{os.getpid()}"
         self.hub = f"{base}-hub"
@@ -146,6 +148,11 @@ class ShapedNetwork:
             run("ip", "-n", hub, "link", "set", port, "master", "br0", "up")
             run("ip", "-n", ns, "addr", "add", f"{self.worker_ip(r)}/24", "dev", IFNAME)
             run("ip", "-n", ns, "link", "set", IFNAME, "up")
+            # A connection idle for longer than its RTO restarts from the initial window (RFC
+            # 2861), so a collective after a stretch of compute begins in slow start; a link
+            # between datacentres keeps its window (the kernel's default in a new namespace is 1).
+            if not self.slow_start_after_idle:
+                run("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0")
             tbf = ["root", "tbf", "rate", f"{int(self.gbps[r] * 1e9)}bit",
                    "burst", str(self.bursts[r]), "latency", TBF_LATENCY]
             run("tc", "-n", ns, "qdisc", "add", "dev", IFNAME, *tbf)  # upload
