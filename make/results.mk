@@ -27,9 +27,10 @@ bench-tc: venv ## every algorithm on real shaped links (tc) and emulated at the 
 	$(BENCH) run --link tc --preset headline --out $(RESULTS)/bench/tc $(BENCH_ARGS)
 
 LATENCIES ?= 0 10 40
+# GPT-2 small: its many small units are where a collective's fixed cost per unit adds up.
 bench-latency: venv ## DreamDDP with and without fused collectives at 0, 10 and 40 ms per ring hop -> results/bench/latency/
 	@set -e; for ms in $(LATENCIES); do \
-	  $(BENCH) run --preset small --latency-ms $$ms --only flsgd dreamddp dreamddp+nofuse nosync@ideal plain@ideal \
+	  $(BENCH) run --preset small --models gpt2 --latency-ms $$ms --only flsgd dreamddp dreamddp+nofuse nosync@ideal plain@ideal \
 	    --no-memory --out $(RESULTS)/bench/latency/$${ms}ms $(BENCH_ARGS); done
 
 # The methods the field moved to beside DreamDDP and FLSGD: iteration time and bytes on the compute
