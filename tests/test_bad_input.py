@@ -83,6 +83,7 @@ CONFIG = [
      "cluster.slow_spell.speed_min=0.8: above cluster.slow_spell.speed_max=0.4"),
     (["cluster.slow_spell.length=0"], "cluster.slow_spell.length=0: must be >= 1"),
     (["cluster.slow_spell.seed=-1"], "cluster.slow_spell.seed=-1: must be >= 0"),
+    (["algo=flsgd_timed", "algo.window_s=0"], "algo.window_s=0.0: must be > 0"),
     (["cluster.timeout_s=0"], "cluster.timeout_s=0.0: must be > 0"),
     (["cluster.max_restarts=-1"], "cluster.max_restarts=-1: must be >= 0"),
     (["cluster.dist_backend=mpi"], "cluster.dist_backend=mpi: unknown value"),
