@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dreamddp.checks import ConfigError, at_least, between
@@ -32,9 +33,11 @@ class Speeds:
 
     @classmethod
     def from_config(cls, cluster) -> "Speeds":
-        spell = cluster.slow_spell
-        return cls(tuple(float(s) for s in cluster.worker_speed or ()), float(spell.p), float(spell.speed_min),
-                   float(spell.speed_max), int(spell.length), int(spell.seed))
+        """From the ``cluster`` node, or a run record's plain mapping (older ones lack the keys)."""
+        spell = _get(cluster, "slow_spell") or {}
+        spelled = {k: _get(spell, k) for k in ("p", "speed_min", "speed_max", "length", "seed")}
+        return cls(tuple(float(s) for s in _get(cluster, "worker_speed") or ()),
+                   **{k: type(getattr(cls, k))(v) for k, v in spelled.items() if v is not None})
 
     @property
     def uniform(self) -> bool:
@@ -62,6 +65,10 @@ class Speeds:
         return {"worker_speed": list(self.worker) or None,
                 "slow_spell": {"p": self.p, "speed_min": self.speed_min, "speed_max": self.speed_max,
                                "length": self.length, "seed": self.seed}}
+
+
+def _get(node, key):
+    return node.get(key) if isinstance(node, Mapping) else getattr(node, key, None)
 
 
 def stretch(measured: float, speed: float) -> float:

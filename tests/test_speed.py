@@ -75,3 +75,10 @@ def test_a_slow_worker_waits_out_its_speed_and_the_record_says_so(tmp_path):
     for row in record["iterations"]:  # rank 0's rows: half speed, so half of each pass is the wait
         assert row["speed"] == 0.5
         assert 0 < row["stretched"] <= 0.5 * (row["forward"] + row["backward"])
+
+
+def test_a_run_records_mapping_gives_the_same_speeds_and_an_older_one_full_speed():
+    cluster = {"worker_speed": [1, 0.25], "slow_spell": {"p": 0.1, "speed_min": 0.3, "speed_max": 0.9, "length": 5,
+                                                         "seed": 3}}
+    assert Speeds.from_config(cluster) == Speeds((1.0, 0.25), 0.1, 0.3, 0.9, 5, 3)
+    assert Speeds.from_config({}) == Speeds() and Speeds.from_config({}).uniform

@@ -224,7 +224,9 @@ class Run:
                 row = self._iteration(t)
                 rec.iteration(row)
                 progress.update(row)
-                self.compute.append(row["time"] - row["wait"])  # every rank: its skew, gathered at finish
+                # every rank: its skew, gathered at finish; less the wait that made it slow, which the
+                # simulator adds from cluster.worker_speed itself
+                self.compute.append(row["time"] - row["wait"] - row.get("stretched", 0.0))
             else:  # a timed window closed early: no batch, no step; the schedule keeps to the iteration
                 self.lr_schedule.step()
                 progress.skip()
