@@ -65,7 +65,8 @@ def test_from_config_reads_the_cluster_fields():
 
 
 SMALL = ["model=gpt2", "data=synthetic", "train.batch_size=2", "data.block_size=32", "train.iterations=6",
-         "train.progress=false", "train.eval_every=0", "data.eval_batches=1", "cluster.nproc=2", "warmup.predict_iterations=0"]
+         "train.progress=false", "train.eval_every=0", "data.eval_batches=1", "cluster.nproc=2",
+         "warmup.predict_iterations=0"]
 
 
 def test_a_slow_worker_waits_out_its_speed_and_the_record_says_so(tmp_path):

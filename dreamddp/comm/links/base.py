@@ -48,9 +48,10 @@ class Link:
         if not cls.per_worker_rates:
             raise ConfigError(f"bandwidth.worker_gbps: per-worker rates need a link that models them "
                               f"(bandwidth backend emulated or tc); the {cls.name} link does not pace")
-        if cluster is not None and len(rates) != int(cluster.nproc) * int(cluster.nnodes):
-            raise ConfigError(f"bandwidth.worker_gbps: {len(rates)} rates for {int(cluster.nproc) * int(cluster.nnodes)} "
-                              f"workers (cluster.nproc={cluster.nproc} x cluster.nnodes={cluster.nnodes}); one per worker")
+        world = None if cluster is None else int(cluster.nproc) * int(cluster.nnodes)
+        if world is not None and len(rates) != world:
+            raise ConfigError(f"bandwidth.worker_gbps: {len(rates)} rates for {world} workers (cluster.nproc="
+                              f"{cluster.nproc} x cluster.nnodes={cluster.nnodes}); one per worker")
         for i, g in enumerate(rates):
             if not (g > 0 and math.isfinite(g)):
                 raise ConfigError(f"bandwidth.worker_gbps[{i}]={g}: must be a finite number > 0")
