@@ -28,6 +28,7 @@ from dreamddp.schedule.cost import step_shares
 from dreamddp.schedule.profile import Profile
 from dreamddp.schedule.schedule_file import runs_as_names
 from dreamddp.schedule.simulator import Compute, SimResult, Skew, simulate_plan
+from dreamddp.speed import Speeds
 
 # Unknown bytes (an authors' profile without a link rate): every unit with parameters is
 # as big as a bucket can be, so bucketed algorithms send one collective per unit.
@@ -155,14 +156,15 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
              world: int = 2, link: LinkModel | None = None, iterations: int | None = None,
              skew: Skew | None = None, carrier: RealTransfer | None = None, carrier_at_step: bool = False,
              grad_clip: float = 0.0, host: tuple[float, float] | None = None, turn: int | None = None,
-             **options) -> SimResult:
+             speeds: Speeds | None = None, **options) -> SimResult:
     """Mean iteration time and exposed wait of ``algo`` (a name, or its Config) over
     ``iterations`` (default: one H-window); ``options`` are its ``algo.*`` fields.
     ``carrier``: the real backend's transfer, for a run whose deferred carrier starts it at
     the first wait (None: the link's times only); ``carrier_at_step``: and at each iteration's end
     (the step carrier); ``grad_clip``: the trainer's train.grad_clip (a plan may sync for it);
     ``host``: the engine's host seconds per op, (launching, completing) (Compute.launch_host);
-    ``turn``: an interleaved benchmark's iterations between barriers (simulate_plan)."""
+    ``turn``: an interleaved benchmark's iterations between barriers; ``speeds``: each rank's
+    compute speed per iteration (unequal workers; simulate_plan)."""
     cfg = _config(algo, H, options)
     cls = ALGORITHMS.lookup(cfg.name)
     cls.check(cfg)
@@ -182,14 +184,15 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
         compute = replace(compute, launch_host=host[0], complete_host=host[1])
     return simulate_plan(bound.plan, compute, op_seconds(profile, layout, link), H=int(cfg.H),
                          iterations=iterations, skew=skew, world=world, carrier=real,
-                         carrier_at_step=carrier_at_step, turn=turn)
+                         carrier_at_step=carrier_at_step, turn=turn, speeds=speeds)
 
 
 def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
     """The modelled link a run record describes (its measured alpha included), at ``gbps``
     (default: the record's own rate; None when the run had none: measured times)."""
     link = record["extra"]["link"]
-    gbps = gbps if gbps is not None else link.get("gbps")
+    uplinks = link.get("worker_gbps")  # a ring goes at the slowest uplink's pace
+    gbps = gbps if gbps is not None else (min(uplinks) if uplinks else link.get("gbps"))
     if gbps is None:
         return None
     bw = record["config"]["bandwidth"]
@@ -233,7 +236,8 @@ def simulate_record(profile: Profile, config: Mapping, *, world: int, link: Link
         runs, delayed = as_runs(plan.get("runs")), as_runs(plan.get("delayed"))
     return simulate(cfg, profile, schedule=schedule, runs=runs, delayed=delayed, world=world, link=link,
                     iterations=iterations or cfg.H, skew=skew, carrier=carrier, carrier_at_step=carrier_at_step,
-                    grad_clip=float((config.get("train") or {}).get("grad_clip") or 0.0), host=host, turn=turn)
+                    grad_clip=float((config.get("train") or {}).get("grad_clip") or 0.0), host=host, turn=turn,
+                    speeds=Speeds.from_config(config.get("cluster") or {}))
 
 
 def simulated_algorithms() -> list[str]:

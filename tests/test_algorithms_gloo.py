@@ -190,3 +190,46 @@ def test_compressed_gradients_keep_the_replicas_bitwise_equal(name, kw):
     (a, plain_a), (b, plain_b) = run_workers(_compressed_gradients, 2, name, kw)
     assert torch.equal(a, b) and torch.equal(plain_a, plain_b)
     assert not torch.equal(a, plain_a)
+
+
+def _timed_window(rank, world):
+    """flsgd_timed on gloo, each rank's window clock injected: rank r spends r + 1 seconds a step."""
+    from dreamddp.algorithms.flsgd_timed import FLSGDTimed
+    from engine_fixtures import algo_cfg
+
+    clock = [0.0]
+    model = small_model()
+    algo = FLSGDTimed(algo_cfg("flsgd_timed", H=8, window_s=4.0), clock=lambda: clock[0])
+    engine = PartialSyncEngine(model, enumerate_units(model), Communicator(), algo)
+    opt = _opt("sgd", model)
+    computed, merges = [], []
+    for t in range(16):
+        if not algo.steps_at(t):
+            continue
+        engine.begin_iteration(t)
+        loss_of(model, batch(rank, len(computed))).backward()
+        engine.end_backward()
+        engine.step(opt)
+        if (t + 1) % 8 == 0:  # every replica before the merge, and its weight
+            mine = engine.flat.params.clone()
+            gathered = [torch.empty_like(mine) for _ in range(world)]
+            dist.all_gather(gathered, mine)
+        engine.after_step()
+        clock[0] += rank + 1.0
+        computed.append(t)
+        if record := algo.iteration_record():
+            merges.append((gathered, record["window_steps"], engine.flat.params.clone()))
+    engine.close()
+    return computed, merges
+
+
+def test_timed_windows_merge_the_replicas_weighted_by_their_steps():
+    """Rank 0 takes 4 steps per 4 s window, rank 1 two: after each merge both hold (4 theta_0 +
+    2 theta_1) / 6, bitwise the same."""
+    (computed0, merges0), (computed1, merges1) = run_workers(_timed_window, 2)
+    assert computed0 == [0, 1, 2, 7, 8, 9, 10, 15] and computed1 == [0, 7, 8, 15]
+    for (before, steps, after0), (_, steps1, after1) in zip(merges0, merges1):
+        assert steps == steps1 == [4, 2]
+        assert torch.equal(after0, after1)
+        torch.testing.assert_close(after0, (4 * before[0] + 2 * before[1]) / 6, rtol=1e-6, atol=1e-7)
+    assert len(merges0) == 2

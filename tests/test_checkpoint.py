@@ -7,9 +7,10 @@ state, data position, RNG) must equal A's, for algorithms whose state lives in
 different places: Streaming DiLoCo (anchor, outer momentum, a 4-bit outer
 gradient still unmerged at the save), DeAR (updates pending into the next
 forward), DreamDDP with overlap_forward on a calibrated emulated link (a
-profiled schedule and link rate that must not be measured again), and torch
-DDP.  Plus the pieces: the data iterator's position, finding and pruning
-checkpoints, and one-line refusals before any worker starts.
+profiled schedule and link rate that must not be measured again), torch DDP,
+and flsgd_timed (a wall-clock window's steps and time, saved mid-window).  Plus
+the pieces: the data iterator's position, finding and pruning checkpoints, and
+one-line refusals before any worker starts.
 """
 
 from __future__ import annotations
@@ -41,13 +42,14 @@ def _flatten(x, prefix=""):
         yield prefix, x
 
 
-def _differences(a: Path, b: Path) -> list[str]:
+def _differences(a: Path, b: Path, measured: tuple[str, ...] = ()) -> list[str]:
+    """Keys whose values differ, less those ending in one of ``measured`` (wall-clock readings)."""
     A = dict(_flatten(torch.load(a, weights_only=True)))
     B = dict(_flatten(torch.load(b, weights_only=True)))
     if A.keys() != B.keys():
         return sorted(set(A) ^ set(B))
     same = lambda x, y: torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y  # noqa: E731
-    return [k for k in A if not same(A[k], B[k])]
+    return [k for k in A if not same(A[k], B[k]) and not k.endswith(measured)]
 
 
 def _train(run_dir: Path, *overrides: str) -> dict:
@@ -62,12 +64,19 @@ def _train(run_dir: Path, *overrides: str) -> dict:
     # the anchor, outer momentum and error-feedback residuals (outer.py, compress.py)
     ["algo=dreamddp", "algo.H=3", "algo.compress=topk", "algo.compress_ratio=0.1", "algo.outer_optimizer=nesterov",
      "warmup.profile_iterations=2", "bandwidth=ratio7"],
-], ids=["streaming_diloco", "dear", "dreamddp_overlap", "ddp", "dreamddp_topk_nesterov"])
+    # a wall-clock window too short for a second step: iterations 1, 2 and 5 idle, the save at
+    # step 3 mid-window (its steps and elapsed time kept; the elapsed seconds are a measurement)
+    ["algo=flsgd_timed", "algo.H=4", "algo.window_s=1e-6"],
+], ids=["streaming_diloco", "dear", "dreamddp_overlap", "ddp", "dreamddp_topk_nesterov", "flsgd_timed"])
 def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path, algo):
     a = _train(tmp_path / "a", *algo)
     assert [c["step"] for c in a["extra"]["checkpoints"]] == [3, 6]
     b = _train(tmp_path / "b", *algo, f"train.resume={tmp_path / 'a'}/checkpoints/step-0000003")
-    assert [r["iteration"] for r in b["iterations"]] == [3, 4, 5]
+    timed = "algo=flsgd_timed" in algo
+    assert [r["iteration"] for r in b["iterations"]] == ([3, 4] if timed else [3, 4, 5])
+    if timed:
+        assert [r["iteration"] for r in a["iterations"]] == [0, 3, 4]
+        assert a["iterations"][1]["window_steps"] == b["iterations"][0]["window_steps"] == [2, 2]
     assert b["extra"]["resumed_from"]["step"] == 3
     if "algo=dreamddp" in algo:  # the saved schedule and link rate, not new measurements
         assert b["extra"]["schedule"]["schedule"] == a["extra"]["schedule"]["schedule"]
@@ -78,7 +87,7 @@ def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path, algo):
         assert "error" in b["summary"]["predicted"]
     for rank in (0, 1):
         name = f"rank{rank:05d}.pt"
-        diff = _differences(step_dir(tmp_path / "a", 6) / name, step_dir(tmp_path / "b", 6) / name)
+        diff = _differences(step_dir(tmp_path / "a", 6) / name, step_dir(tmp_path / "b", 6) / name, ("elapsed_s",))
         assert diff == [], f"rank {rank}: {diff[:8]}"
 
 

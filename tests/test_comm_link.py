@@ -207,6 +207,21 @@ def test_build_link():
     assert build_link(bw("ideal")).model() is None  # the simulator then uses measured times
 
 
+def test_the_emulated_link_paces_every_worker_at_the_slowest_uplink():
+    """A ring collective waits for its slowest sender at every hop: min(worker_gbps) paces all."""
+    uneven = build_link(bw("emulated", 1.0, worker_gbps=[1, 0.25]))
+    twin = build_link(bw("emulated", 0.25))
+    for link in (uneven, twin):
+        link.alpha_s = 0.0
+    assert uneven.model() == twin.model()
+    assert uneven.reserve("all_reduce", MB, 2, now=1.0) == twin.reserve("all_reduce", MB, 2, now=1.0)
+    assert uneven.describe()["gbps"] == 1.0 and uneven.describe()["worker_gbps"] == [1.0, 0.25]
+    only_rates = build_link(bw("emulated", worker_gbps=[2, 0.5]))  # no nominal rate: the uplinks say it
+    assert only_rates.model().gbps == 0.5
+    only_rates.alpha_s = 0.0
+    assert not only_rates.needs_calibration  # the rate is known: nothing but alpha to measure
+
+
 @pytest.mark.parametrize(
     "cfg,msg",
     [

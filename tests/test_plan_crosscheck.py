@@ -34,6 +34,7 @@ VARIANTS = {
     "ascwfbp": [{"bucket_mb": 1e-9}, {"bucket_mb": 3000 / 2**20}],
     "dear": [{"bucket_mb": 1e-9}, {"bucket_mb": 3000 / 2**20}],
     "flsgd": [{}],
+    "flsgd_timed": [{}],
     "plsgd_enp": [{}],
     "streaming_diloco": [{"fragments": 2, "tau": 1}, {"fragments": 1, "tau": 0, "quantize": "e3m0"}],
     "dreamddp": [{"scheduler": "dreamddp"}, {"scheduler": "optimal", "bubble_fill": False},

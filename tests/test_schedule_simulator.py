@@ -329,3 +329,35 @@ def test_the_forward_of_quiet_units_adds_up_as_one_addition_per_unit_would():
     assert np.array_equal(_after(clock, unit_forward, units), expected)
     assert np.array_equal(_after(clock, unit_forward, units[:1]), clock + unit_forward[:, 39])
     assert _after(clock, unit_forward, []) is clock
+
+
+def _free_link() -> Profile:
+    return replace(tiny(), comm={u: 0.0 for u in UNITS})  # nothing on the wire: only the ranks' drift shows
+
+
+def test_a_slow_rank_stretches_its_passes_and_every_sync_waits_for_it():
+    from dreamddp.speed import Speeds
+
+    half = Speeds((1.0, 0.5))  # rank 1: forward 1, backward 12, step 0.25 (the step is not stretched)
+    # S-SGD: rank 0 launches at 6.5, rank 1 at 13: rank 0 waits 6.5 every iteration
+    assert run("ssgd", _free_link(), world=2, speeds=half) == (13.25, 3.25, [(13.25, 3.25)] * 2)
+    # FLSGD pays the drift once per window: rank 0 computes two iterations (13.5) while rank 1
+    # takes 26.5, then waits 13 at the average
+    assert simulate("flsgd", _free_link(), H=2, world=2, speeds=half, iterations=4).per_iter == \
+        [(10.0, 0.0), (16.5, 6.5)] * 2
+    assert run("ssgd", _free_link(), world=2, speeds=Speeds((1.0, 1.0))) == run("ssgd", _free_link(), world=2)
+
+
+def test_slow_spells_come_from_the_same_model_the_trainer_draws():
+    from dreamddp.speed import Speeds
+
+    always = Speeds(p=1.0, speed_min=0.5, speed_max=0.5)  # every iteration of every rank at half
+    assert run("ssgd", _free_link(), world=2, speeds=always) == (13.25, 0.0, [(13.25, 0.0)] * 2)
+
+
+def test_a_record_with_uplinks_per_worker_is_modelled_at_the_slowest():
+    from dreamddp.prediction import record_link
+
+    record = {"extra": {"link": {"gbps": 1.0, "worker_gbps": [1.0, 0.25], "alpha_ms": 2.0}},
+              "config": {"bandwidth": {"latency_ms": 0.0, "calibration": 1.0}}}
+    assert record_link(record) == LinkModel(0.25, 0.0, 1.0, 2e-3)

@@ -148,8 +148,7 @@ def test_worker_crash_tears_down(tmp_path):
 
 # --- refusals: one line, before any worker (no privileges needed) -----------
 @pytest.mark.parametrize("overrides, line", [
-    (["bandwidth=1gbit", "bandwidth.worker_gbps=[1,0.5]"], "bandwidth.worker_gbps: per-worker rates need"),
-    (["bandwidth=tc_1gbit", "bandwidth.worker_gbps=[1,0.5,1]"], "bandwidth.worker_gbps: 3 rates for cluster.nproc=2"),
+    (["bandwidth=tc_1gbit", "bandwidth.worker_gbps=[1,0.5,1]"], "bandwidth.worker_gbps: 3 rates for 2 workers"),
     (["bandwidth=tc_1gbit", "bandwidth.worker_gbps=[1,0]"], "bandwidth.worker_gbps[1]=0.0: must be"),
     (["bandwidth=tc_1gbit", "cluster.nnodes=2"], "cluster.nnodes=2: bandwidth backend tc shapes namespaces"),
     (["bandwidth=tc_1gbit", "bandwidth.gbps=null"], "bandwidth.gbps: required for backend tc"),

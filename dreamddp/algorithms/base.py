@@ -185,6 +185,18 @@ class Algorithm:
         """Only for algorithms with ``owns_optimizer_step`` (e.g. DeAR's per-group updates)."""
         raise TypeError(f"{type(self).__name__} sets owns_optimizer_step but defines no optimizer_step()")
 
+    # ---- trainer side ----
+    def steps_at(self, t: int) -> bool:
+        """Whether this worker computes iteration ``t`` (asked by the trainer before each one).
+        False: the trainer takes no batch and no step and runs nothing of the engine, so an
+        iteration this returns False for must have an empty plan (a timed window's idle tail:
+        flsgd_timed).  Every worker still passes through every iteration, in step with the others."""
+        return True
+
+    def iteration_record(self) -> dict:
+        """Keys this algorithm adds to the iteration's row of the run record (after its step)."""
+        return {}
+
     # Lifecycle callbacks (no-ops by default).
     def on_complete(self, engine, op: SyncOp) -> None: ...
     def before_step(self, engine) -> None: ...

@@ -141,9 +141,10 @@ class BandwidthConfig:
     comm_ratio: Optional[float] = None
     # Multiplies the modelled transfer time (protocol/header overhead).
     calibration: float = 1.0
-    # tc only: one uplink rate in Gbit/s per worker (length cluster.nproc), e.g.
-    # [1, 1, 1, 0.25] for one slow worker; None = every worker at gbps, which stays
-    # the nominal rate in the run record. The emulated link models one rate only.
+    # emulated, tc: one uplink rate in Gbit/s per worker (cluster.nproc x cluster.nnodes of
+    # them), e.g. [1, 1, 1, 0.25] for one slow worker; a ring collective goes at the slowest
+    # uplink's pace (tc: the kernel shapes each; emulated: paced at min(worker_gbps)).
+    # None = every worker at gbps, which stays the nominal rate in the run record.
     worker_gbps: Optional[list[float]] = None
     # How the real collectives carry the bytes under a paced link: eager (started at
     # launch) | deferred (started at the first wait, adjacent all-reduces merged: on CPU,
@@ -160,6 +161,22 @@ class BandwidthConfig:
     # for the emulated link on CPU when worker threads outnumber cores and no CPU quota
     # (cluster.cpu_quota) keeps each worker to its share already.
     hold_core: Optional[bool] = None
+
+
+@dataclass
+class SlowSpellConfig:
+    # Probability that a block of cluster.slow_spell.length iterations is a slow spell, drawn per
+    # worker and block from (seed, rank, block) alone (a resumed run draws the same); 0 = never.
+    p: float = 0.0
+    # A spell's speed factor is drawn uniformly in [speed_min, speed_max], each in (0, 1]: the
+    # worker's forward and backward take 1/factor times as long (on top of cluster.worker_speed).
+    speed_min: float = 0.5
+    # Upper end of the spell's speed factor (speed_min <= speed_max <= 1).
+    speed_max: float = 0.5
+    # Iterations a spell lasts (iterations are drawn in blocks of this many).
+    length: int = 1
+    # Seed of the spells' draws (independent of the run's seed, so data and spells vary apart).
+    seed: int = 0
 
 
 @dataclass
@@ -198,6 +215,12 @@ class ClusterConfig:
     # Checkpoint-and-stop on request (SIGUSR1, or <run dir>/checkpoint-request): the
     # workers agree on it every iteration, save a checkpoint and stop ("preempted").
     preemptible: bool = False
+    # One compute speed per worker (cluster.nproc x cluster.nnodes of them), each in (0, 1]:
+    # 0.5 = twice as slow; the trainer waits (1/speed - 1) x each measured forward and backward
+    # (dreamddp/speed.py). None = every worker at 1.
+    worker_speed: Optional[list[float]] = None
+    # Random slow spells on top of worker_speed (dreamddp/speed.py); p=0 = none.
+    slow_spell: SlowSpellConfig = field(default_factory=SlowSpellConfig)
 
 
 @dataclass

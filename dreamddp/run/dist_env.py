@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, NoReturn, Optional
 
+from dreamddp import speed
 from dreamddp.checks import ConfigError, at_least, choice, positive
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ def check(cluster) -> None:
     at_least("cluster.max_restarts", cluster.max_restarts, 0)
     if cluster.cpu_quota is not None:
         at_least("cluster.cpu_quota", cluster.cpu_quota, 0)
+    speed.check(cluster)
 
 
 def first_host(nodelist: str) -> str:

@@ -119,6 +119,11 @@ class Progress:
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{row['loss']:.3f}", ms=f"{row['time'] * 1e3:.0f}", wait=f"{row['wait'] * 1e3:.0f}", refresh=False)
 
+    def skip(self) -> None:
+        """An iteration this worker did not compute (a timed window closed early)."""
+        if self.bar is not None:
+            self.bar.update(1)
+
     def note(self, metrics: dict) -> None:
         if self.bar is not None:
             self.bar.write("eval: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))

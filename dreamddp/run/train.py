@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
-from dreamddp import faults
+from dreamddp import faults, speed
 from dreamddp.run import checkpoint, dist_env, failures, preempt
 from dreamddp.algorithms import ALGORITHMS
 from dreamddp.checks import at_least, choice
@@ -108,6 +108,7 @@ class Run:
         self.profiled = None  # the start-up profile the prediction is made from (Profile)
         self.prediction: dict | None = None  # the simulator's, made before training (rank 0)
         self.compute: list[float] = []  # this rank's compute seconds (iteration less exposed wait)
+        self.speeds = speed.Speeds.from_config(cfg.cluster)  # unequal workers: this rank's speed per iteration
 
     # ---- 1. build -----------------------------------------------------------------
     def build(self) -> None:
@@ -197,6 +198,8 @@ class Run:
             print(f"predicted: {1e3 * self.prediction['mean_iteration_time']:.1f} ms per iteration, exposed wait "
                   f"{1e3 * self.prediction['mean_wait']:.1f} ms (the simulator on the start-up profile)", flush=True)
         rec.set("units", [{"name": u.name, "numel": u.numel} for u in self.units])
+        if not self.speeds.uniform:
+            rec.set("speeds", self.speeds.describe())
         rec.set("world_size", self.ctx.world_size)
         rec.set("nnodes", self.ctx.nnodes)
         rec.set("ranks", list(self.ctx.ranks))  # per rank: local_rank, node, hostname (dist_env.gather_ranks)
@@ -217,33 +220,16 @@ class Run:
         run_meta, progress = self._run_meta, self._progress
         end = tc.iterations if until is None else min(until, tc.iterations)
         for t in range(self.next, end):
-            batch = self.to_dev(next(self.data.train))
-            engine.begin_iteration(t)
-            t0 = engine.clock()
-            loss = compute_loss(self.task, self.train_model, batch)
-            t1 = engine.clock()
-            loss.backward()
-            t2 = engine.clock()
-            engine.end_backward()
-            engine.step(self.optimizer)
-            self.lr_schedule.step()
-            stats = engine.after_step()
-            row = {
-                "iteration": t, "time": stats.end - stats.start, "forward": t1 - t0, "backward": t2 - t1,
-                "wait": stats.wait, "bytes": stats.bytes, "wire_bytes": stats.wire_bytes, "loss": loss.item(),
-                "lr": self.lr_schedule.get_last_lr()[0],
-                # the engine's host work on its ops, waits excluded (engine/stats.py)
-                "ops": len(stats.ops), "launch_host": stats.launch_host,
-                "completed": stats.completed, "complete_host": stats.complete_host,
-                "forward_steps": stats.forward_steps,
-            }
-            if stats.grad_norm is not None:
-                row["grad_norm"] = float(stats.grad_norm)
-            if stats.sampled:
-                row["timeline"] = {"unit_ready": stats.unit_ready, "collectives": stats.events}
-            rec.iteration(row)
-            progress.update(row)
-            self.compute.append(row["time"] - row["wait"])  # every rank: its skew, gathered at finish
+            if self.algorithm.steps_at(t):
+                row = self._iteration(t)
+                rec.iteration(row)
+                progress.update(row)
+                # every rank: its skew, gathered at finish; less the wait that made it slow, which the
+                # simulator adds from cluster.worker_speed itself
+                self.compute.append(row["time"] - row["wait"] - row.get("stretched", 0.0))
+            else:  # a timed window closed early: no batch, no step; the schedule keeps to the iteration
+                self.lr_schedule.step()
+                progress.skip()
 
             last = t + 1 == tc.iterations
             stop = not last and preempt.requested()  # a checkpoint-and-stop request, agreed by all ranks
@@ -268,6 +254,48 @@ class Run:
         if self.next == tc.iterations:
             engine.close()
             progress.close()
+
+    def _iteration(self, t: int) -> dict:
+        """One training iteration through the engine: its row of the record.  A worker slower
+        than full speed (cluster.worker_speed, cluster.slow_spell) waits after its forward and
+        after its backward, in proportion to each (dreamddp/speed.py): in the passes' times."""
+        engine = self.engine
+        batch = self.to_dev(next(self.data.train))
+        engine.begin_iteration(t)
+        slow = self.speeds.of(self.ctx.rank, t)
+        stretched = 0.0
+        t0 = engine.clock()
+        loss = compute_loss(self.task, self.train_model, batch)
+        t1 = engine.clock()
+        if slow < 1:
+            stretched += speed.stretch(t1 - t0, slow)
+            t1 = engine.clock()
+        loss.backward()
+        t2 = engine.clock()
+        if slow < 1:
+            stretched += speed.stretch(t2 - t1, slow)
+            t2 = engine.clock()
+        engine.end_backward()
+        engine.step(self.optimizer)
+        self.lr_schedule.step()
+        stats = engine.after_step()
+        row = {
+            "iteration": t, "time": stats.end - stats.start, "forward": t1 - t0, "backward": t2 - t1,
+            "wait": stats.wait, "bytes": stats.bytes, "wire_bytes": stats.wire_bytes, "loss": loss.item(),
+            "lr": self.lr_schedule.get_last_lr()[0],
+            # the engine's host work on its ops, waits excluded (engine/stats.py)
+            "ops": len(stats.ops), "launch_host": stats.launch_host,
+            "completed": stats.completed, "complete_host": stats.complete_host,
+            "forward_steps": stats.forward_steps,
+            **self.algorithm.iteration_record(),
+        }
+        if slow < 1:  # of forward and backward, the seconds waited to be that slow
+            row.update(speed=slow, stretched=stretched)
+        if stats.grad_norm is not None:
+            row["grad_norm"] = float(stats.grad_norm)
+        if stats.sampled:
+            row["timeline"] = {"unit_ready": stats.unit_ready, "collectives": stats.events}
+        return row
 
     def pause(self) -> None:
         """Between two chunks of loop(): the link's clock stops (comm/communicator.py)."""

@@ -42,7 +42,11 @@ that synchronises once per window pays for the ranks' drift once.  Drawn
 ``joint``, the ranks' samples are whole measured iterations (every rank's
 compute in one of them), which keeps how they moved together: on a shared
 host a slow spell slows every worker, and drawn apart it would count as skew.
-Without skew all ranks are the profile and the result is exact.
+Without skew all ranks are the profile and the result is exact.  ``speeds``
+(dreamddp/speed.py: cluster.worker_speed and cluster.slow_spell) divides each
+rank's forward and backward by its speed in that iteration, as the trainer
+stretches them, so a sync point waits for the slowest rank; the link model's
+rate is already the slowest uplink's (bandwidth.worker_gbps).
 
 A benchmark that interleaves runs (dreamddp/bench/worker.py) starts every turn of
 ``turn`` iterations at a barrier, outside the timed iterations: ``turn`` then
@@ -68,6 +72,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dreamddp.engine.plan import Plan, SyncOp, When
+from dreamddp.speed import Speeds
 
 
 @dataclass
@@ -151,7 +156,7 @@ class SimResult:
 def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Callable[[SyncOp], float], *,
                   H: int, iterations: int | None = None, skew: Skew | None = None, world: int = 1,
                   carrier: Carrier | None = None, carrier_at_step: bool = False,
-                  turn: int | None = None) -> SimResult:
+                  turn: int | None = None, speeds: Speeds | None = None) -> SimResult:
     """Time ``iterations`` (default: one window of ``H``) after a warm-up window of ``H``.
 
     ``duration(op)``: seconds the link takes for ``op``; ``carrier``: the real collectives
@@ -159,8 +164,8 @@ def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Calla
     ``carrier_at_step``: the step carrier, which also starts what is queued when an
     iteration ends (``bandwidth.carrier=step``); ``turn``: the iterations between an
     interleaved benchmark's barriers (module docstring; None: a continuous run, the
-    iteration the mean over ranks).
-    Ranks: ``world`` when ``skew`` gives one sample set per rank, else one.
+    iteration the mean over ranks); ``speeds``: each rank's compute speed per iteration.
+    Ranks: ``world`` when ``skew`` gives one sample set per rank or ``speeds`` differ, else one.
     """
     if not isinstance(H, int) or H < 1:
         raise ValueError(f"H must be an integer >= 1, got {H!r}")
@@ -169,7 +174,8 @@ def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Calla
         raise ValueError(f"iterations must be >= 1, got {n}")
     if turn is not None and (not isinstance(turn, int) or turn < 1):
         raise ValueError(f"turn must be an integer >= 1 or None, got {turn!r}")
-    ranks = len(skew.factors) if skew is not None else 1
+    slowed = speeds is not None and not speeds.uniform
+    ranks = len(skew.factors) if skew is not None else (world if slowed else 1)
     if skew is not None and ranks != world:
         raise ValueError(f"Skew: {ranks} ranks' samples for world {world}")
     sim = _Ranks(compute, duration, carrier, ranks, carrier_at_step)
@@ -178,7 +184,9 @@ def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Calla
     for t in range(H + n):
         if turn is not None and t % turn == 0:
             sim.barrier()
-        took, waited, launched = sim.iteration(plan(t), t, draw[t])
+        # measured iterations start at H: their speeds are the run's from iteration 0
+        speed = np.array([speeds.of(r, t - H) for r in range(ranks)]) if slowed else None
+        took, waited, launched = sim.iteration(plan(t), t, draw[t], speed)
         if t >= H:
             per_iter.append((float(took[0]), float(waited[0])) if turn is not None
                             else (float(took.mean()), float(waited.mean())))
@@ -308,9 +316,10 @@ class _Ranks:
         self.launch(op, t, self.clock)
         self.clock = self.clock + self.c.launch_host * self.factor
 
-    def iteration(self, plan: Plan, t: int, factor: np.ndarray):
+    def iteration(self, plan: Plan, t: int, factor: np.ndarray, speed: np.ndarray | None = None):
         c = self.c
         self.factor = factor
+        passes = factor if speed is None else factor / speed  # forward and backward, stretched
         self.rebase()
         start = self.clock.copy()
         self.occupy()
@@ -322,8 +331,8 @@ class _Ranks:
                 forward_launch.setdefault(op.at, []).append(op)
         for op in forward_launch.get(None, ()):
             self.launch_here(op, t)
-        self.clock = self.clock + c.fwd_rest * factor
-        unit_forward = np.multiply.outer(factor, np.asarray(c.fwd, dtype=float))  # (ranks, units)
+        self.clock = self.clock + c.fwd_rest * passes
+        unit_forward = np.multiply.outer(passes, np.asarray(c.fwd, dtype=float))  # (ranks, units)
         quiet: list[int] = []  # units passed since the last with something to do, forward not yet added
         for u in range(len(c.fwd) - 1, -1, -1):  # forward order
             if (t, u) in self.due or u in forward_launch or self.stepping:
@@ -335,7 +344,7 @@ class _Ranks:
                 self.apply()
             quiet.append(u)
         self.clock = _after(self.clock, unit_forward, quiet)
-        ready = self.clock[:, None] + np.cumsum(c.bp)[None, :] * factor[:, None]
+        ready = self.clock[:, None] + np.cumsum(c.bp)[None, :] * passes[:, None]
         hooks = np.zeros_like(self.clock)  # host work of the launches so far, on backward's thread
         for op in sorted((op for op in plan if op.launch is When.UNIT_READY), key=lambda op: op.ready_unit):
             self.launch(op, t, ready[:, op.ready_unit] + hooks)  # stable: plan order among ties

@@ -16,6 +16,7 @@ registered in ``LINKS`` under its ``bandwidth.backend`` name.  It owns:
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from dreamddp.checks import ConfigError, choice, positive
@@ -27,6 +28,8 @@ class Link:
     # True: the communicator holds every collective until this link's deadline.
     # Code that talks to the process group itself (torch DDP) escapes such pacing.
     paced: ClassVar[bool] = False
+    # True: it takes bandwidth.worker_gbps, one uplink rate per worker (a ring goes at the slowest's)
+    per_worker_rates: ClassVar[bool] = False
     alpha_s: float | None = None  # seconds one collective costs on the real backend; None until measured
 
     @classmethod
@@ -34,9 +37,24 @@ class Link:
         """Refuse bad ``bandwidth`` fields for this link (one line, naming the field)."""
         cls.check_waits(bandwidth)
         positive("bandwidth.gbps", bandwidth.gbps, optional=True)  # a rate, whether or not this link uses it
-        if bandwidth.worker_gbps is not None:
+        cls.check_worker_gbps(bandwidth, cluster)
+
+    @classmethod
+    def check_worker_gbps(cls, bandwidth, cluster) -> None:
+        """``bandwidth.worker_gbps``: one positive rate per worker, on a link that models them."""
+        rates = bandwidth.worker_gbps
+        if rates is None:
+            return
+        if not cls.per_worker_rates:
             raise ConfigError(f"bandwidth.worker_gbps: per-worker rates need a link that models them "
-                              f"(bandwidth backend tc); the {cls.name} link has one rate for all workers")
+                              f"(bandwidth backend emulated or tc); the {cls.name} link does not pace")
+        world = None if cluster is None else int(cluster.nproc) * int(cluster.nnodes)
+        if world is not None and len(rates) != world:
+            raise ConfigError(f"bandwidth.worker_gbps: {len(rates)} rates for {world} workers (cluster.nproc="
+                              f"{cluster.nproc} x cluster.nnodes={cluster.nnodes}); one per worker")
+        for i, g in enumerate(rates):
+            if not (g > 0 and math.isfinite(g)):
+                raise ConfigError(f"bandwidth.worker_gbps[{i}]={g}: must be a finite number > 0")
 
     @classmethod
     def check_waits(cls, bandwidth) -> None:

@@ -13,7 +13,10 @@ bytes / bandwidth (comm/cost.py).  The rate is ``bandwidth.gbps``, or, with
 ``bandwidth.comm_ratio``, derived at start-up: the all-reduce of all
 parameters is made to take ``comm_ratio`` times the backward pass measured on
 the live job (the paper's GPT-2 regime is about 7).  Until calibrated the
-link refuses to pace.
+link refuses to pace.  With ``bandwidth.worker_gbps`` (one uplink rate per
+worker) every ring collective goes at the slowest uplink's pace, as a ring
+does: each hop waits for the slowest sender, so every worker is paced at
+min(worker_gbps) (``gbps`` stays the nominal rate in the record).
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from dreamddp.comm.links.registry import LINKS
 class EmulatedLink(Link):
     name = "emulated"
     paced = True
+    per_worker_rates = True
 
     def __init__(self, gbps: float | None, latency_ms: float = 0.0, calibration: float = 1.0,
-                 comm_ratio: float | None = None, alpha_s: float | None = None):
+                 comm_ratio: float | None = None, alpha_s: float | None = None, worker_gbps=None):
         self._lock = threading.Lock()
         self._gbps = None if gbps is None else float(gbps)
+        self.worker_gbps = [float(g) for g in worker_gbps] if worker_gbps else None
         self.latency_ms = float(latency_ms)
         self.calibration = float(calibration)
         self.comm_ratio = comm_ratio
@@ -50,19 +55,28 @@ class EmulatedLink(Link):
         positive("bandwidth.comm_ratio", bandwidth.comm_ratio, optional=True)
         positive("bandwidth.calibration", bandwidth.calibration)
         at_least("bandwidth.latency_ms", bandwidth.latency_ms, 0)
-        if bandwidth.gbps is None and bandwidth.comm_ratio is None:
+        if bandwidth.gbps is None and bandwidth.comm_ratio is None and bandwidth.worker_gbps is None:
             raise ConfigError("bandwidth.gbps: required for backend emulated (or set bandwidth.comm_ratio)")
+        if bandwidth.worker_gbps is not None and bandwidth.comm_ratio is not None:
+            raise ConfigError(f"bandwidth.comm_ratio={bandwidth.comm_ratio}: sets one rate for all workers; not "
+                              "with bandwidth.worker_gbps")
         if bandwidth.gbps is not None and bandwidth.comm_ratio is not None:
             raise ConfigError(f"bandwidth.comm_ratio={bandwidth.comm_ratio}: set either bandwidth.gbps or "
                               "bandwidth.comm_ratio, not both")
 
     @classmethod
     def from_config(cls, bandwidth) -> "EmulatedLink":
-        return cls(bandwidth.gbps, bandwidth.latency_ms, bandwidth.calibration, bandwidth.comm_ratio)
+        return cls(bandwidth.gbps, bandwidth.latency_ms, bandwidth.calibration, bandwidth.comm_ratio,
+                   worker_gbps=bandwidth.worker_gbps)
 
     @property
     def gbps(self) -> float | None:
         return self._gbps
+
+    @property
+    def rate(self) -> float | None:
+        """The rate every worker is paced at: the slowest uplink's, or the one rate."""
+        return min(self.worker_gbps) if self.worker_gbps else self._gbps
 
     @property
     def free_at(self) -> float:
@@ -70,7 +84,7 @@ class EmulatedLink(Link):
         return self._free_at
 
     def reserve(self, kind: str, nbytes: int, world: int, now: float) -> tuple[float, float]:
-        if self._gbps is None or self.alpha_s is None:
+        if self.rate is None or self.alpha_s is None:
             raise RuntimeError("emulated link: not calibrated yet (its alpha, and a comm_ratio's rate, are measured at start-up)")
         with self._lock:
             start = max(now, self._free_at)
@@ -90,6 +104,8 @@ class EmulatedLink(Link):
         ms = lambda probed: [[b, s * 1e3] for b, s in probed]  # noqa: E731
         out = {**super().describe(), "gbps": self._gbps, "latency_ms": self.latency_ms,
                "calibration": self.calibration, "real_transfer_ms": None if self._probed is None else ms(self._probed)}
+        if self.worker_gbps:
+            out["worker_gbps"] = self.worker_gbps
         if self._probed_kinds:
             out["real_transfer_kinds_ms"] = {k: ms(v) for k, v in self._probed_kinds.items()}
         return out
@@ -103,7 +119,7 @@ class EmulatedLink(Link):
         return RealTransfer.probed(self.alpha_s, self._probed, self._probed_kinds)
 
     def model(self) -> LinkModel:
-        return LinkModel(self._gbps, self.latency_ms / 1e3, self.calibration, self.alpha_s or 0.0)
+        return LinkModel(self.rate, self.latency_ms / 1e3, self.calibration, self.alpha_s or 0.0)
 
     def carrier(self, requested: str, device, late: bool = False) -> str:
         """``auto``: eager on GPUs, whose collectives run on their own streams; on CPU, where
@@ -128,7 +144,7 @@ class EmulatedLink(Link):
 
     @property
     def needs_calibration(self) -> bool:
-        return super().needs_calibration or self._gbps is None
+        return super().needs_calibration or self.rate is None
 
     def calibrate(self, warmup) -> dict:
         """Measure alpha; with comm_ratio, set the rate so that the all-reduce of all

@@ -10,7 +10,6 @@ or an unprivileged user namespace, one host only.
 from __future__ import annotations
 
 import logging
-import math
 import os
 
 from dreamddp import netshape
@@ -27,6 +26,7 @@ LAUNCHED_ENV = "DREAMDDP_LAUNCHED"  # set in workers that dreamddp-run started
 @LINKS.register
 class TcLink(Link):
     name = "tc"
+    per_worker_rates = True
 
     def __init__(self, gbps: float, calibration: float = 1.0, worker_gbps=None):
         self.gbps, self.calibration = float(gbps), float(calibration)
@@ -49,15 +49,7 @@ class TcLink(Link):
         if cluster is not None and cluster.nnodes > 1:  # srun must not start unshaped tc runs
             raise ConfigError(f"cluster.nnodes={cluster.nnodes}: bandwidth backend tc shapes namespaces on one "
                               "host; use the emulated link across nodes (bandwidth=1gbit)")
-        rates = bandwidth.worker_gbps
-        if rates is None:
-            return
-        if cluster is not None and len(rates) != cluster.nproc:
-            raise ConfigError(f"bandwidth.worker_gbps: {len(rates)} rates for cluster.nproc={cluster.nproc} "
-                              "(one per worker)")
-        for i, g in enumerate(rates):
-            if not (g > 0 and math.isfinite(g)):
-                raise ConfigError(f"bandwidth.worker_gbps[{i}]={g}: must be a finite number > 0")
+        cls.check_worker_gbps(bandwidth, cluster)
 
     @classmethod
     def check_host(cls, cfg) -> None:
