@@ -92,9 +92,17 @@ FAULTS = [  # (id, overrides, DREAMDDP_FAULT, failed rank, reason)
      "stopped answering (rank 0 waited cluster.timeout_s=8 in a collective"),
 ]
 
+# make test keeps one case of each way to fail (raise, kill, stop) and of each link; make test-all all.
+SLOW_FAULTS = {"profiling-raise-rank0", "tc-raise"}
+
+
+def _marks(fault_id: str) -> list:
+    return ([pytest.mark.tc] if fault_id.startswith("tc-") else []) + \
+        ([pytest.mark.slow] if fault_id in SLOW_FAULTS else [])
+
 
 @pytest.mark.parametrize("overrides,fault,rank,reason",
-                         [pytest.param(*f[1:], marks=[pytest.mark.tc] if f[0].startswith("tc-") else []) for f in FAULTS],
+                         [pytest.param(*f[1:], marks=_marks(f[0])) for f in FAULTS],
                          ids=[f[0] for f in FAULTS])
 def test_a_failed_worker_ends_the_job_with_its_rank_and_reason(tmp_path, overrides, fault, rank, reason):
     if any(o.startswith("bandwidth=tc") for o in overrides) and _tc_skip_reason():

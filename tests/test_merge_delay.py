@@ -210,6 +210,7 @@ def test_only_what_cannot_land_in_place_goes_late():
         split_delayed(p, 2, runs, 2)
 
 
+@pytest.mark.slow  # two full runs; make test-all
 def test_resumed_with_averages_in_flight_ends_where_the_uninterrupted_run_does(tmp_path):
     """Checkpoint at step 3 while iteration 2's late averages (H=3, merge_delay=1) are in flight,
     one of them part 0 of a run cut in two."""

@@ -228,6 +228,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # waits out W&B's own network timeout
 def test_wandb_online_without_network_runs_offline_with_one_warning(tmp_path):
     """WANDB_API_KEY set, server unreachable, wandb.mode=online: the run finishes, logged offline."""
     import subprocess

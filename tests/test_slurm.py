@@ -120,6 +120,7 @@ def test_one_task_per_worker_shape(cluster, tmp_path):
     assert len(logs) == 2, logs  # one submitit log per SLURM task: two tasks, no torchrun inside
 
 
+@pytest.mark.slow  # the submitit and two-node cases cover the launch in make test
 def test_plain_sbatch_template_with_torchrun_rendezvous(cluster, tmp_path):
     """slurm/dreamddp.sbatch: torchrun per node, c10d rendezvous on the first host of the allocation."""
     env = {**cluster, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "GPUS_PER_NODE": "2",
@@ -235,6 +236,7 @@ def test_sbatch_template_on_two_nodes(two_nodes, tmp_path):
     _check_two_nodes(rec)
 
 
+@pytest.mark.slow  # three jobs on the test cluster; make test-all
 def test_sbatch_closes_the_record_when_rank_0_dies(two_nodes, tmp_path):
     """Rank 0, which writes run.json, is SIGKILLed: srun ends the other node's task and the
     script marks the record failed instead of leaving it "running"."""
@@ -247,6 +249,7 @@ def test_sbatch_closes_the_record_when_rank_0_dies(two_nodes, tmp_path):
     assert "marked" in log and len(rec["iterations"]) < 50
 
 
+@pytest.mark.slow  # the sbatch two-node case covers two nodes in make test
 def test_one_task_per_worker_on_two_nodes(two_nodes, tmp_path):
     """slurm_gpu with cluster.nnodes=2 cluster.nproc=1: one SLURM task (= worker) per node, no torchrun;
     the master is the first node of the step, as SLURM addresses it."""

@@ -3,6 +3,7 @@ random draws it would have had without them, and its recorded divergence is the 
 
 from __future__ import annotations
 
+import pytest
 from cli_util import train_completed
 
 SMALL = ["model=gpt2", "data=synthetic", "train.batch_size=2", "data.block_size=32", "train.iterations=6",
@@ -10,6 +11,7 @@ SMALL = ["model=gpt2", "data=synthetic", "train.batch_size=2", "data.block_size=
          "train.divergence_every=1", "bandwidth=ideal"]
 
 
+@pytest.mark.slow  # two full runs per setting; make test-all
 def test_warmup_leaves_the_data_order_and_overlap_forward_divergence_is_measured_landed(tmp_path):
     """DreamDDP profiles (warm-up passes over training batches, GPT-2's dropout drawing); S-SGD and a run on
     DreamDDP's schedule file warm up not at all.  All three take the same first batch with the
