@@ -29,6 +29,7 @@ def bench(out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.slow  # a whole benchmark; the golden test checks its report, make run runs it
 def test_quick_bench_writes_its_report_and_card_and_resume_keeps_the_completed_job(tmp_path):
     from dreamddp.bench import jobs as bench_module
 

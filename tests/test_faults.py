@@ -160,6 +160,7 @@ def test_restarted_workers_resume_and_end_bitwise_where_an_uninterrupted_run_doe
     _nothing_left(tmp_path / "b", job.proc.pid)
 
 
+@pytest.mark.slow  # the restart-and-resume case above covers the restart path
 def test_a_worker_lost_after_the_last_checkpoint_is_restarted_to_finish_the_run(tmp_path):
     """Killed after the final checkpoint (in the run's summary), the restarted workers find a
     checkpoint at train.iterations: nothing is left to train, and they finish the run from it

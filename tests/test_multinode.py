@@ -139,6 +139,7 @@ def _params_by_name(state: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]
     return {name: (state["model"][name], slots[i]["momentum_buffer"]) for i, name in enumerate(names)}
 
 
+@pytest.mark.slow  # the S-SGD two-node case covers the launch
 def test_dreamddp_two_nodes_units_agree_right_after_their_average(tmp_path):
     """DreamDDP across two nodes: each unit's parameters are averaged in the iterations the profiled
     schedule gives it, before the local step.  With SGD (momentum buffer b, constant lr) a unit averaged
