@@ -10,7 +10,7 @@ BENCH_ARGS ?=
 BENCH := $(OFFLINE) WANDB_MODE=disabled $(VENV)/bin/dreamddp-bench
 RESULTS_CLI := $(VENV)/bin/dreamddp-results
 
-.PHONY: fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency bench-methods simulator-accuracy simulator-accuracy-fast gpu gpu-reports
+.PHONY: fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency bench-methods simulator-accuracy simulator-accuracy-tc simulator-accuracy-fast gpu gpu-reports
 
 bench: venv ## every algorithm side by side, compute presets, 2 workers, 3 repetitions -> results/bench/headline/
 	$(BENCH) run --preset headline --out $(RESULTS)/bench/headline $(BENCH_ARGS)
@@ -45,6 +45,9 @@ bench-methods: venv ## compression, outer optimizers, late outer updates: time a
 
 simulator-accuracy: venv ## predicted vs measured iteration time, every algorithm x 3 link rates x 2 models -> results/simulator/
 	$(BENCH) accuracy --reps 3 --chunk 1 --out $(RESULTS)/simulator
+
+simulator-accuracy-tc: venv ## the a-priori and same-job predictions against make bench-tc's real-link runs -> results/simulator/tc/
+	$(BENCH) accuracy --real-link $(RESULTS)/bench/tc --out $(RESULTS)/simulator/tc
 
 simulator-accuracy-fast: venv ## the same on a fast link (comm/backward 0.1) -> results/simulator/fast/
 	$(BENCH) accuracy --ratios 0.1 --reps 3 --chunk 1 --out $(RESULTS)/simulator/fast

@@ -19,6 +19,7 @@ were measured).
     dreamddp-bench accuracy --reps 3 --chunk 1 --out results/simulator   # make simulator-accuracy
     dreamddp-bench accuracy --report-only --out results/simulator        # the README again from the records
     dreamddp-bench accuracy --from-bench results/bench/headline          # ratio 7: make bench's own jobs
+    dreamddp-bench accuracy --real-link results/bench/tc --out results/simulator/tc   # against tc
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from dreamddp.bench import accuracy_tc
 from dreamddp.bench import jobs
 from dreamddp.bench import predict as bp
 from dreamddp.bench import regime as bench_regime
@@ -240,7 +242,13 @@ def main(argv=None) -> int:
                         "(every repetition) instead of being run again")
     p.add_argument("--chunk", type=int, default=0,
                    help="iterations of one run per turn (dreamddp-bench run --chunk; 0: one H-window)")
+    p.add_argument("--real-link", metavar="DIR",
+                   help="a `dreamddp-bench run --link tc` output: its runs' a-priori and same-job predictions against "
+                        "the real link, written to --out (accuracy_tc.py); runs nothing")
     args = p.parse_args(argv)
+    if args.real_link:
+        print(accuracy_tc.write(args.real_link, args.out, rows_of))
+        return 0
     start, rows = time.perf_counter(), []
     reused = _bench_ratio(args.from_bench, args.models) if args.from_bench else None
     ratios = [r for r in args.ratios if reused is None or r != reused]

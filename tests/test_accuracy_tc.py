@@ -1,0 +1,34 @@
+"""dreamddp-bench accuracy --real-link: each tc run's a-priori error is its own summary.predicted
+against its measured mean, and the runs without a prediction are left out."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+from dreamddp.bench import accuracy, accuracy_tc
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bench_small" / "runs"
+
+
+def test_the_apriori_error_is_each_runs_own_prediction_over_its_measurement(tmp_path):
+    bench = tmp_path / "bench"
+    shutil.copytree(FIXTURE, bench / "tc" / "runs")
+    (bench / "calibration" / "gpt2").mkdir(parents=True)
+    (bench / "calibration" / "gpt2" / "calibration.json").write_text(json.dumps({"ratio": 7.0}))
+    accuracy_tc.write(str(bench), str(tmp_path / "out"), accuracy.rows_of)
+    with open(tmp_path / "out" / "accuracy.csv") as f:
+        rows = list(csv.DictReader(f))
+    expected = {}
+    for run in sorted((bench / "tc" / "runs" / "gpt2").glob("rep*/*/run.json")):
+        summary = json.loads(run.read_text())["summary"]
+        if (summary.get("predicted") or {}).get("mean_iteration_time"):
+            expected[(run.parent.parent.name, run.parent.name)] = (
+                summary["predicted"]["mean_iteration_time"] / summary["mean_iteration_time"] - 1)
+    got = {(f"rep{r['rep']}" if not str(r["rep"]).startswith("rep") else r["rep"], r["algorithm"]):
+           float(r["apriori_error"]) for r in rows}
+    assert expected and got.keys() == expected.keys()
+    for key, error in expected.items():
+        assert abs(got[key] - error) < 1e-12, key
