@@ -32,6 +32,7 @@ bench-latency: venv ## DreamDDP with and without fused collectives at 0, 10 and 
 	@set -e; for ms in $(LATENCIES); do \
 	  $(BENCH) run --preset small --models gpt2 --latency-ms $$ms --only flsgd dreamddp dreamddp+nofuse nosync@ideal plain@ideal \
 	    --no-memory --out $(RESULTS)/bench/latency/$${ms}ms $(BENCH_ARGS); done
+	$(BENCH) report $(RESULTS)/bench/latency
 
 # The methods the field moved to beside DreamDDP and FLSGD: iteration time and bytes on the compute
 # presets at comm/backward 7 and 30, and quality at equal iterations on the small presets.
@@ -39,7 +40,8 @@ METHODS := flsgd dreamddp dreamddp+topk dreamddp+q4 dreamddp+nesterov flsgd+nest
            streaming_diloco+e3m0 nosync@ideal plain@ideal
 bench-methods: venv ## compression, outer optimizers, late outer updates: time at ratio 7 and 30, quality -> results/bench/methods/
 	@set -e; for r in 7 30; do \
-	  $(BENCH) run --preset compute --ratio $$r --only $(METHODS) --no-memory --out $(RESULTS)/bench/methods/ratio$$r $(BENCH_ARGS); done
+	  $(BENCH) run --preset compute --ratio $$r --only $(METHODS) --no-memory --out $(RESULTS)/bench/methods/time/ratio$$r $(BENCH_ARGS); done
+	$(BENCH) report $(RESULTS)/bench/methods/time
 	$(BENCH) run --preset small --iterations 330 --only $(METHODS) --no-memory --set train.eval_every=330 \
 	  --out $(RESULTS)/bench/methods/quality $(BENCH_ARGS)
 

@@ -2,7 +2,9 @@
 
 ``DIR`` is a folder ``dreamddp-bench run`` wrote: ``DIR/runs/`` (README.md and bench.csv
 from report.py), or, for ``--link tc``, ``DIR/tc/runs/`` and ``DIR/emulated/runs/`` (each
-link's report, then the side-by-side README from tc_report.py).
+link's report, then the side-by-side README from tc_report.py), or a study's folder of such
+folders (``make bench-latency``'s ``DIR/<ms>ms``: each one's report, then DIR/README.md from
+sweep_report.py).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dreamddp.bench import report, tc_report
+from dreamddp.bench import report, sweep_report, tc_report
 
 
 def main(argv=None) -> int:
@@ -22,6 +24,9 @@ def main(argv=None) -> int:
         for tree in trees:
             report.write(tree, str(Path(tree).parent))
         print(tc_report.write(str(out), trees))
+        return 0
+    if not (out / "runs" / "bench.json").is_file() and out.is_dir() and sweep_report.folders(out):
+        print(sweep_report.write(str(out)))
         return 0
     if not (out / "runs" / "bench.json").is_file():
         parser.error(f"{out}: no runs/bench.json (not a folder dreamddp-bench run wrote)")

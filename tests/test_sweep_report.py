@@ -1,0 +1,30 @@
+"""dreamddp-bench report on a study's folder of benchmark folders (make bench-latency's
+<dir>/<ms>ms): each folder's report, then one table whose rows are each folder's medians."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import statistics
+from pathlib import Path
+
+from dreamddp.bench import report, rebuild
+from dreamddp.bench.predict import mean_iteration
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bench_small" / "runs"
+
+
+def test_a_study_report_has_each_settings_medians_and_ratios_in_its_rows(tmp_path):
+    for name in ("10ms", "0ms"):
+        shutil.copytree(FIXTURE, tmp_path / "study" / name / "runs")
+    assert rebuild.main([str(tmp_path / "study")]) == 0
+    with open(tmp_path / "study" / "study.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["setting"] for r in rows][0] == "0ms" and {r["setting"] for r in rows} == {"0ms", "10ms"}
+    reps = report.load(str(FIXTURE))["gpt2"]
+    for r in rows:
+        mine = [s[r["algorithm"]] for s in reps.values() if r["algorithm"] in s]
+        assert float(r["iteration_s"]) == statistics.median(mean_iteration(x) for x in mine)
+        ratios = [mean_iteration(s[r["algorithm"]]) / mean_iteration(s["dreamddp"]) for s in reps.values()]
+        assert float(r["x_dreamddp"]) == statistics.median(ratios)
+    assert (tmp_path / "study" / "0ms" / "README.md").is_file()
