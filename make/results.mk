@@ -83,11 +83,15 @@ results-wandb: venv ## log the speedup tables of results/runs as W&B Tables (off
 
 # Every report from its committed records; the scheduler reference is left out (its CSVs time the
 # searches, so they differ run to run).
+# folders of benchmark folders (sweep_report.py)
+STUDIES := $(RESULTS)/bench/latency $(RESULTS)/bench/methods/time
 reports: venv ## remake every report under results/ from the committed records (and results/README.md)
 	@set -e; for d in $$(find $(RESULTS)/bench -name bench.json -path '*/runs/bench.json' | sed 's|/runs/bench.json||; s|/tc$$||; s|/emulated$$||' | sort -u); do \
 	  $(BENCH) report $$d; done
 	$(BENCH) accuracy --report-only --out $(RESULTS)/simulator
 	$(BENCH) accuracy --report-only --ratios 0.1 --out $(RESULTS)/simulator/fast
+	@set -e; for d in $(STUDIES); do if [ -d $$d ]; then $(BENCH) report $$d; fi; done
+	@if [ -d $(RESULTS)/bench/tc/tc/runs ]; then $(BENCH) accuracy --real-link $(RESULTS)/bench/tc --out $(RESULTS)/simulator/tc; fi
 	@$(MAKE) --no-print-directory gpu-reports figures
 	$(RESULTS_CLI) index --results $(RESULTS)
 
