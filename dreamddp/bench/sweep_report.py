@@ -58,7 +58,7 @@ def write(out: str) -> str:
         report.write(str(sub / "runs"), str(sub))
         all_rows += rows(sub)
     lines = [f"# {root.name}: one study over {len(subs)} settings", "",
-             f"Rebuilt by `dreamddp-bench report {out}` from the run records of "
+             f"Made by `dreamddp-bench report {out}` from the run records of "
              + ", ".join(f"[{s.name}]({s.name}/README.md)" for s in subs)
              + " (each made by the command its own README names). Medians over repetitions, min-max in brackets; "
              "a ratio is taken inside one repetition before its median.", "",
