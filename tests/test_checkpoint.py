@@ -56,13 +56,14 @@ def _train(run_dir: Path, *overrides: str) -> dict:
     return train_completed(run_dir, [*SMALL, *overrides])
 
 
+# The algorithms of earlier waves resume in make test-all; make test keeps this wave's options.
 @pytest.mark.parametrize("algo", [
-    ["algo=streaming_diloco", "algo.H=4", "algo.fragments=2", "algo.tau=1", "algo.quantize=e3m0"],
-    # resumed in earlier waves; make test-all keeps them
+    pytest.param(["algo=streaming_diloco", "algo.H=4", "algo.fragments=2", "algo.tau=1", "algo.quantize=e3m0"],
+                 marks=pytest.mark.slow),
     pytest.param(["algo=dear", "algo.bucket_mb=0.5"], marks=pytest.mark.slow),
     pytest.param(["algo=dreamddp", "algo.H=3", "algo.overlap_forward=true", "warmup.profile_iterations=2",
                   "bandwidth=ratio7"], marks=pytest.mark.slow),
-    pytest.param(["algo=ddp"], marks=pytest.mark.slow),  # torch's DDP under our loop: make test-all
+    pytest.param(["algo=ddp"], marks=pytest.mark.slow),
     # the anchor, outer momentum and error-feedback residuals (outer.py, compress.py)
     ["algo=dreamddp", "algo.H=3", "algo.compress=topk", "algo.compress_ratio=0.1", "algo.outer_optimizer=nesterov",
      "warmup.profile_iterations=2", "bandwidth=ratio7"],
