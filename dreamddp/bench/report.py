@@ -46,6 +46,16 @@ def load(runs: str) -> dict:
     return out
 
 
+REFERENCES = ("dreamddp", "flsgd")  # the algorithms the side-by-side reports divide by
+
+
+def ratio_over(reps: dict, label: str, ref: str):
+    """``label``'s mean iteration over ``ref``'s, taken inside each repetition, then its median
+    with the min-max spread (None where no repetition has both)."""
+    return median_spread([bp.mean_iteration(s[label]) / bp.mean_iteration(s[ref]) for s in reps.values()
+                          if label in s and ref in s])
+
+
 def job_seconds(segs: dict) -> float:
     """One job's duration: its first segment's start to its last segment's end (records only, so
     a job kept by ``bench.py --resume`` counts as long as it took)."""

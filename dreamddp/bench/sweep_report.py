@@ -17,7 +17,6 @@ from dreamddp.bench.predict import mean_iteration
 from dreamddp.bench.segments import TIMED
 from dreamddp.results.spread import fmt_spread, median_spread
 
-REFERENCES = ("dreamddp", "flsgd")
 
 
 def folders(out: Path) -> list[Path]:
@@ -25,11 +24,6 @@ def folders(out: Path) -> list[Path]:
     found = [p for p in out.iterdir() if (p / "runs" / "bench.json").is_file()]
     key = lambda p: (float("".join(c for c in p.name if c.isdigit() or c == ".") or "inf"), p.name)  # noqa: E731
     return sorted(found, key=key)
-
-
-def _ratio(reps: dict, label: str, ref: str):
-    return median_spread([mean_iteration(s[label]) / mean_iteration(s[ref]) for s in reps.values()
-                          if label in s and ref in s])
 
 
 def rows(folder: Path) -> list[dict]:
@@ -42,8 +36,8 @@ def rows(folder: Path) -> list[dict]:
             row = {"setting": folder.name, "model": model, "algorithm": label, "reps": len(mine),
                    "iteration_s": median_spread(mean_iteration(r) for r in mine),
                    "mib_per_iteration": median_spread(r["summary"]["bytes_per_iteration"] / 2**20 for r in mine)}
-            for ref in REFERENCES:
-                row[f"x_{ref}"] = _ratio(reps, label, ref)
+            for ref in report.REFERENCES:
+                row[f"x_{ref}"] = report.ratio_over(reps, label, ref)
             out.append(row)
     return out
 

@@ -24,12 +24,6 @@ from dreamddp.bench.segments import TIMED
 from dreamddp.results.spread import fmt_spread, median_spread
 from dreamddp.run.summary import quantile
 
-REFERENCES = ("dreamddp", "flsgd")  # the ratio columns, per link
-
-
-def _ratio(reps: dict, label: str, ref: str):
-    return median_spread([mean_iteration(s[label]) / mean_iteration(s[ref]) for s in reps.values()
-                          if label in s and ref in s])
 
 
 def rows(tc: dict, em: dict, model: str) -> list[dict]:
@@ -47,8 +41,9 @@ def rows(tc: dict, em: dict, model: str) -> list[dict]:
                "tc_wait_ms": median_spread([1e3 * timed_mean(s[label], "wait") for s in t.values() if label in s]),
                "mib_per_iteration": median_spread([s[label]["summary"]["bytes_per_iteration"] / 2**20
                                                    for s in t.values() if label in s])}
-        for ref in REFERENCES:
-            row[f"tc_x_{ref}"], row[f"emulated_x_{ref}"] = _ratio(t, label, ref), _ratio(e, label, ref)
+        for ref in report.REFERENCES:
+            row[f"tc_x_{ref}"] = report.ratio_over(t, label, ref)
+            row[f"emulated_x_{ref}"] = report.ratio_over(e, label, ref)
         out.append(row)
     return out
 
