@@ -46,9 +46,9 @@ bench-methods: venv ## compression, outer optimizers, late outer updates: time a
 	  --out $(RESULTS)/bench/methods/quality $(BENCH_ARGS)
 	@$(MAKE) --no-print-directory methods-cards
 
-methods-cards: venv ## make bench-methods' result card per link rate from its records -> results/bench/methods/ratio<r>.md
+methods-cards: venv ## make bench-methods' result card per link rate from its records -> results/bench/methods/card_ratio<r>/
 	@set -e; for r in 7 30; do $(BENCH) card $(RESULTS)/bench/methods/time/ratio$$r $(RESULTS)/bench/methods/quality \
-	  --out $(RESULTS)/bench/methods/ratio$$r.md; done
+	  --out $(RESULTS)/bench/methods/card_ratio$$r; done
 
 # Unequal workers (docs/cluster.md), in a regime fixed before the run: GPT-2 small (its iterations are
 # short enough for every algorithm x 4 settings x 3 repetitions), 2 workers one per core, comm/backward

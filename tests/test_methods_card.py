@@ -13,9 +13,10 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bench_small"
 
 
 def test_the_card_pairs_each_method_with_dreamddp_inside_each_repetition(tmp_path):
-    out = tmp_path / "card.md"
+    out = tmp_path / "card"
     assert methods_card.main([str(FIXTURE), str(FIXTURE), "--out", str(out)]) == 0
-    with open(out.with_suffix(".csv")) as f:
+    assert (out / "README.md").is_file()
+    with open(out / "card.csv") as f:
         rows = {r["method"]: r for r in csv.DictReader(f)}
     reps = report.load(str(FIXTURE / "runs"))["gpt2"]
     assert float(rows["dreamddp"]["wire_x_dreamddp"]) == 1.0 and float(rows["dreamddp"]["train_minus_dreamddp"]) == 0.0

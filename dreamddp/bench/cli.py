@@ -6,7 +6,7 @@
     dreamddp-bench accuracy --reps 3 --chunk 1    # make simulator-accuracy
     dreamddp-bench gpu --out gpu_out              # make gpu, on a machine with a GPU
     dreamddp-bench link --backend tc --gbps 1     # gloo's all-reduce on a link vs the ring formula
-    dreamddp-bench card TIME QUALITY --out F.md   # make bench-methods' card per link rate
+    dreamddp-bench card TIME QUALITY --out DIR     # make bench-methods' card per link rate
 
 ``dreamddp-bench SUBCOMMAND --help`` gives each one's options.
 """

@@ -1,4 +1,4 @@
-"""``dreamddp-bench card TIME QUALITY --out FILE``: the methods the field moved to, one card per link rate.
+"""``dreamddp-bench card TIME QUALITY --out DIR``: the methods the field moved to, one card per link rate.
 
 TIME is a ``dreamddp-bench run`` folder at one comm/backward ratio (``make bench-methods``'
 ``results/bench/methods/time/ratio<r>``: the compute presets); QUALITY is the same methods
@@ -113,7 +113,7 @@ def write(time_dir: str, quality_dir: str, out: str) -> str:
             raise SystemExit(f"card: {d}: no bench.json (not a folder dreamddp-bench run wrote)")
     table = rows(time_runs, quality_runs)
     ratio, qratio = _ratio(time_runs), _ratio(quality_runs)
-    rel = lambda d: os.path.relpath(d, os.path.dirname(out) or ".")  # noqa: E731
+    rel = lambda d: os.path.relpath(d, out)  # noqa: E731
     lines = [f"# The methods the field moved to, at comm/backward {ratio:g}", "",
              f"Made by `dreamddp-bench card {time_dir} {quality_dir} --out {out}` from the run records of "
              f"[{time_dir}]({rel(time_dir)}/README.md) (iteration time and bytes: the compute presets, comm/backward "
@@ -142,17 +142,16 @@ def write(time_dir: str, quality_dir: str, out: str) -> str:
                          f"{fmt_spread(r['eval_loss'], 3)} | {fmt_spread(r['eval_minus_dreamddp'], 3)} | "
                          f"{fmt_spread(r['time_to_target_s'], 1)} | {r['claim']} |")
         lines.append("")
-    write_text(out, "\n".join(lines))
-    write_csv(Path(out).with_suffix(".csv"), [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()}
-                                              for r in table])
-    return out
+    write_text(Path(out) / "README.md", "\n".join(lines))
+    write_csv(Path(out) / "card.csv", [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()} for r in table])
+    return str(Path(out) / "README.md")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="dreamddp-bench card", description=__doc__.split("\n\n")[0])
     p.add_argument("time_dir", help="a dreamddp-bench run folder at one ratio (iteration time, bytes)")
     p.add_argument("quality_dir", help="a dreamddp-bench run folder of the same methods trained longer (loss)")
-    p.add_argument("--out", required=True, help="the card's markdown file (its .csv beside it)")
+    p.add_argument("--out", required=True, help="the card's folder: README.md and card.csv")
     args = p.parse_args(argv)
     print(write(args.time_dir, args.quality_dir, args.out))
     return 0
