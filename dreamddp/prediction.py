@@ -184,7 +184,7 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
         compute = replace(compute, launch_host=host[0], complete_host=host[1])
     return simulate_plan(bound.plan, compute, op_seconds(profile, layout, link), H=int(cfg.H),
                          iterations=iterations, skew=skew, world=world, carrier=real,
-                         carrier_at_step=carrier_at_step, turn=turn, speeds=speeds)
+                         carrier_at_step=carrier_at_step, turn=turn, speeds=speeds, window=cls.window_rule(cfg))
 
 
 def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:

@@ -10,7 +10,7 @@ BENCH_ARGS ?=
 BENCH := $(OFFLINE) WANDB_MODE=disabled $(VENV)/bin/dreamddp-bench
 RESULTS_CLI := $(VENV)/bin/dreamddp-results
 
-.PHONY: fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency bench-methods simulator-accuracy simulator-accuracy-tc simulator-accuracy-fast gpu gpu-reports
+.PHONY: fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency bench-methods methods-cards bench-unequal simulator-accuracy simulator-accuracy-tc simulator-accuracy-fast gpu gpu-reports
 
 bench: venv ## every algorithm side by side, compute presets, 2 workers, 3 repetitions -> results/bench/headline/
 	$(BENCH) run --preset headline --out $(RESULTS)/bench/headline $(BENCH_ARGS)
@@ -44,6 +44,26 @@ bench-methods: venv ## compression, outer optimizers, late outer updates: time a
 	$(BENCH) report $(RESULTS)/bench/methods/time
 	$(BENCH) run --preset small --iterations 330 --only $(METHODS) --no-memory --set train.eval_every=330 \
 	  --out $(RESULTS)/bench/methods/quality $(BENCH_ARGS)
+	@$(MAKE) --no-print-directory methods-cards
+
+methods-cards: venv ## make bench-methods' result card per link rate from its records -> results/bench/methods/card_ratio<r>/
+	@set -e; for r in 7 30; do $(BENCH) card $(RESULTS)/bench/methods/time/ratio$$r $(RESULTS)/bench/methods/quality \
+	  --out $(RESULTS)/bench/methods/card_ratio$$r; done
+
+# Unequal workers (docs/cluster.md), in a regime fixed before the run: GPT-2 small (its iterations are
+# short enough for every algorithm x 4 settings x 3 repetitions), 2 workers one per core, comm/backward
+# 7, 66 iterations per run (60 timed); the link calibrated at full speed in every setting. Settings:
+# equal speeds; rank 1 at 0.8, then 0.5; slow spells on both (a block of 5 iterations is a spell
+# with p 0.25, at a speed drawn in [0.25, 0.5]; the same spells in every run and repetition).
+UNEQUAL := ssgd ascwfbp dear flsgd plsgd_enp streaming_diloco dreamddp flsgd_timed nosync@ideal plain@ideal
+UNEQUAL_RUN = $(BENCH) run --preset small --models gpt2 --iterations 66 --only $(UNEQUAL) --no-memory $(BENCH_ARGS)
+bench-unequal: venv ## every algorithm and flsgd_timed with one slow worker and with slow spells -> results/bench/unequal/
+	$(UNEQUAL_RUN) --out $(RESULTS)/bench/unequal/equal
+	$(UNEQUAL_RUN) --set 'cluster.worker_speed=[1,0.8]' --out $(RESULTS)/bench/unequal/rank1x0.8
+	$(UNEQUAL_RUN) --set 'cluster.worker_speed=[1,0.5]' --out $(RESULTS)/bench/unequal/rank1x0.5
+	$(UNEQUAL_RUN) --set cluster.slow_spell.p=0.25 cluster.slow_spell.length=5 cluster.slow_spell.speed_min=0.25 \
+	  --out $(RESULTS)/bench/unequal/spells
+	$(BENCH) report $(RESULTS)/bench/unequal
 
 simulator-accuracy: venv ## predicted vs measured iteration time, every algorithm x 3 link rates x 2 models -> results/simulator/
 	$(BENCH) accuracy --reps 3 --chunk 1 --out $(RESULTS)/simulator
@@ -84,13 +104,14 @@ results-wandb: venv ## log the speedup tables of results/runs as W&B Tables (off
 # Every report from its committed records; the scheduler reference is left out (its CSVs time the
 # searches, so they differ run to run).
 # folders of benchmark folders (sweep_report.py)
-STUDIES := $(RESULTS)/bench/latency $(RESULTS)/bench/methods/time
+STUDIES := $(RESULTS)/bench/latency $(RESULTS)/bench/methods/time $(RESULTS)/bench/unequal
 reports: venv ## remake every report under results/ from the committed records (and results/README.md)
 	@set -e; for d in $$(find $(RESULTS)/bench -name bench.json -path '*/runs/bench.json' | sed 's|/runs/bench.json||; s|/tc$$||; s|/emulated$$||' | sort -u); do \
 	  $(BENCH) report $$d; done
 	$(BENCH) accuracy --report-only --out $(RESULTS)/simulator
 	$(BENCH) accuracy --report-only --ratios 0.1 --out $(RESULTS)/simulator/fast
 	@set -e; for d in $(STUDIES); do if [ -d $$d ]; then $(BENCH) report $$d; fi; done
+	@if [ -d $(RESULTS)/bench/methods/quality/runs ]; then $(MAKE) --no-print-directory methods-cards; fi
 	@if [ -d $(RESULTS)/bench/tc/tc/runs ]; then $(BENCH) accuracy --real-link $(RESULTS)/bench/tc --out $(RESULTS)/simulator/tc; fi
 	@$(MAKE) --no-print-directory gpu-reports figures
 	$(RESULTS_CLI) index --results $(RESULTS)

@@ -101,6 +101,24 @@ def test_a_segment_on_another_schedule_needs_it_and_runs_right_after_it(bench_mo
     assert same["schedule_from"] == "dreamddp" and "algo.overlap_forward=true" in same["overrides"]
 
 
+def test_the_timed_window_is_its_share_of_h_calibrated_iterations_and_calibration_runs_at_full_speed(bench_modules):
+    from dreamddp.bench.segments import WINDOW, calibration_overrides, segment_overrides
+
+    _, bench = bench_modules
+    args = bench.parse_args(["--models", "gpt2", "--H", "8", "--only", "flsgd_timed", "nosync@ideal",
+                             "--set", "cluster.worker_speed=[1,0.5]"])
+    spec = bench.job_spec(args, "gpt2", 0, "out")
+    timed = next(s for s in spec["segments"] if s["label"] == "flsgd_timed")
+    overrides = segment_overrides(spec, timed, {"gbps": 0.1, "iteration_s": 0.25})
+    assert f"algo.window_s={WINDOW * 8 * 0.25:.6g}" in overrides and "cluster.worker_speed=[1,0.5]" in overrides
+    nosync = next(s for s in spec["segments"] if s["label"] == "nosync@ideal")
+    assert not any(o.startswith("algo.window_s") for o in segment_overrides(spec, nosync, {"gbps": 0.1}))
+    with pytest.raises(ValueError, match="iteration_s"):
+        segment_overrides(spec, timed, {"gbps": 0.1})
+    calibration = calibration_overrides(spec)  # the --set slows the timed runs, never the link's calibration
+    assert calibration.index("cluster.worker_speed=null") > calibration.index("cluster.worker_speed=[1,0.5]")
+
+
 def test_the_ranks_drawn_together_come_from_the_series_iteration_by_iteration(tmp_path, bench_modules):
     bp, _ = bench_modules
     segs = job(tmp_path)

@@ -348,6 +348,23 @@ def test_a_slow_rank_stretches_its_passes_and_every_sync_waits_for_it():
     assert run("ssgd", _free_link(), world=2, speeds=Speeds((1.0, 1.0))) == run("ssgd", _free_link(), world=2)
 
 
+def test_a_timed_window_lets_each_rank_take_the_steps_that_fit_and_only_the_merge_waits():
+    from dreamddp.speed import Speeds
+
+    half = Speeds((1.0, 0.5))  # an iteration takes rank 0 6.75, rank 1 13.25
+    # window 21: rank 0 computes positions 0 and 1 (6.75 + 2 x 6.75 <= 21), skips 2 (13.5 + 13.5 > 21),
+    # computes the last; rank 1 computes 0, skips 1 and 2 (13.25 + 26.5 > 21), computes 3. At the
+    # merge rank 0 (at 20.25) waits for rank 1 (at 26.5); position 2 is nobody's iteration
+    timed = simulate("flsgd_timed", _free_link(), H=4, world=2, speeds=half, iterations=4, window_s=21.0)
+    assert timed.per_iter == [(10.0, 0.0), (6.75, 0.0), (13.125, 3.125)]
+    turn = simulate("flsgd_timed", _free_link(), H=4, world=2, speeds=half, iterations=4, window_s=21.0, turn=4)
+    assert turn.per_iter == [(6.75, 0.0), (6.75, 0.0), (13.0, 6.25)]  # rank 0's, as its record has them
+    # a window every step fits in is FLSGD's (whose units go as three collectives, not one: to rounding)
+    wide = simulate("flsgd_timed", tiny(), H=4, world=2, speeds=half, iterations=8, window_s=1e9)
+    flsgd = simulate("flsgd", tiny(), H=4, world=2, speeds=half, iterations=8)
+    assert np.allclose(wide.per_iter, flsgd.per_iter, rtol=1e-12, atol=0)
+
+
 def test_slow_spells_come_from_the_same_model_the_trainer_draws():
     from dreamddp.speed import Speeds
 

@@ -28,3 +28,19 @@ def test_a_study_report_has_each_settings_medians_and_ratios_in_its_rows(tmp_pat
         ratios = [mean_iteration(s[r["algorithm"]]) / mean_iteration(s["dreamddp"]) for s in reps.values()]
         assert float(r["x_dreamddp"]) == statistics.median(ratios)
     assert (tmp_path / "study" / "0ms" / "README.md").is_file()
+
+
+def test_a_study_with_an_equal_setting_gives_each_rows_time_over_the_same_algorithms_there(tmp_path):
+    for name in ("equal", "slow"):
+        shutil.copytree(FIXTURE, tmp_path / "study" / name / "runs")
+    assert rebuild.main([str(tmp_path / "study")]) == 0
+    with open(tmp_path / "study" / "study.csv") as f:
+        rows = list(csv.DictReader(f))
+    reps = report.load(str(FIXTURE))["gpt2"]
+    for r in rows:
+        assert float(r["x_equal"]) == 1.0  # the same records in both settings
+        mine = [s[r["algorithm"]] for s in reps.values() if r["algorithm"] in s]
+        apriori = [x["summary"]["predicted"]["mean_iteration_time"] / mean_iteration(x) for x in mine
+                   if x["summary"].get("predicted")]
+        assert (float(r["apriori_over_measured"]) == statistics.median(apriori)) if apriori \
+            else r["apriori_over_measured"] == ""

@@ -43,5 +43,5 @@ def test_the_tc_link_runs_each_algorithm_alone_and_has_no_latency(capsys):
     spec = jobs.job_spec(jobs.parse_args(["--latency-ms", "10", "--only", "dreamddp", "nosync@ideal"]), "gpt2", 0, "o")
     from dreamddp.bench.segments import segment_overrides
 
-    paced, ideal = (segment_overrides(spec, s, 0.1) for s in sorted(spec["segments"], key=lambda s: s["link"]))
+    paced, ideal = (segment_overrides(spec, s, {"gbps": 0.1}) for s in sorted(spec["segments"], key=lambda s: s["link"]))
     assert "bandwidth.latency_ms=10.0" in paced and not any(o.startswith("bandwidth.latency") for o in ideal)

@@ -94,6 +94,13 @@ class Algorithm:
         return {}
 
     @classmethod
+    def window_rule(cls, cfg) -> Callable[[int, float, int], bool] | None:
+        """For the simulator: ``takes(pos, elapsed, steps)``, whether a worker computes window
+        position ``pos`` after ``elapsed`` seconds and ``steps`` steps of its window, where
+        ``steps_at`` depends on the worker's own clock (flsgd_timed); None: every iteration."""
+        return None
+
+    @classmethod
     def setup_from_profile(cls, cfg, profile, alpha: float = 0.0) -> dict:
         """What ``prepare`` would return had its warm-up measured ``profile`` (torch-free: the
         simulator builds the algorithm from it).  ``alpha``: seconds one collective costs."""

@@ -51,6 +51,15 @@ class TimedConfig(AlgoConfig):
     window_s: float = 1.0
 
 
+def takes_step(pos: int, H: int, elapsed: float, steps: int, window_s: float) -> bool:
+    """The window's rule: a worker computes position ``pos`` of a window of ``H`` when it is the
+    first or the last, when it has taken no step yet, or when ``elapsed`` seconds since the
+    window began plus two of its mean steps so far stay within ``window_s``."""
+    if pos == 0 or pos == H - 1 or steps == 0:
+        return True
+    return elapsed + 2 * elapsed / steps <= window_s
+
+
 @ALGORITHMS.register
 class FLSGDTimed(Algorithm):
     name = "flsgd_timed"
@@ -61,6 +70,11 @@ class FLSGDTimed(Algorithm):
     def check(cls, cfg) -> None:
         super().check(cfg)
         positive("algo.window_s", cfg.window_s)
+
+    @classmethod
+    def window_rule(cls, cfg):
+        H, window = int(cfg.H), float(cfg.window_s)
+        return lambda pos, elapsed, steps: takes_step(pos, H, elapsed, steps, window)
 
     def __init__(self, cfg, setup: dict | None = None, clock=None):
         super().__init__(cfg, setup)
@@ -73,7 +87,8 @@ class FLSGDTimed(Algorithm):
     def bind_plan(self, layout) -> None:
         op = SyncOp(0, len(layout) - 1, Payload.OUTER, When.AFTER_STEP, When.AFTER_STEP)
         numel = layout.op_bytes(op) // layout.itemsize
-        self._sync = (replace(op, scale=(numel + layout.world) / numel),)  # the parameters and W weights
+        # the parameters and W weights (a profile without bytes: the measured times as they are)
+        self._sync = (replace(op, scale=(numel + layout.world) / numel if numel else 1.0),)
 
     def plan(self, t: int):
         return self._sync if (t + 1) % self.cfg.H == 0 else ()
@@ -94,10 +109,7 @@ class FLSGDTimed(Algorithm):
                 self.steps = 0
             self.start, self.elapsed = now, None
             return True
-        if pos == self.cfg.H - 1 or self.steps == 0:
-            return True
-        e = now - self.start
-        return e + 2 * e / self.steps <= self.cfg.window_s
+        return takes_step(pos, self.cfg.H, now - self.start, self.steps, self.cfg.window_s)
 
     def after_optimizer_step(self, engine) -> None:
         self.steps += 1

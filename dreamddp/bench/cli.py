@@ -6,6 +6,7 @@
     dreamddp-bench accuracy --reps 3 --chunk 1    # make simulator-accuracy
     dreamddp-bench gpu --out gpu_out              # make gpu, on a machine with a GPU
     dreamddp-bench link --backend tc --gbps 1     # gloo's all-reduce on a link vs the ring formula
+    dreamddp-bench card TIME QUALITY --out DIR     # make bench-methods' card per link rate
 
 ``dreamddp-bench SUBCOMMAND --help`` gives each one's options.
 """
@@ -22,6 +23,7 @@ SUBCOMMANDS = {
     "report": ("rebuild", "rebuild a benchmark's README.md and bench.csv from its run records"),
     "accuracy": ("accuracy", "the simulator's predicted iteration time against the measured one"),
     "gpu": ("gpu", "the measurements of a lent GPU (CUDA tests, profiles, every algorithm), or their reports"),
+    "card": ("methods_card", "the methods the field moved to: time and bytes at one ratio beside quality and the papers' claims"),
     "link": ("link", "gloo's all-reduce time under a link backend against the ring formula"),
 }
 
@@ -30,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(prog="dreamddp-bench", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n".join(__doc__.split("\n")[2:9]))
+                                epilog="\n".join(__doc__.split("\n")[2:10]))
     sub = p.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     for name, (_, help_) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)

@@ -267,6 +267,9 @@ def parse_args(argv=None, prog: str = "dreamddp-bench run") -> argparse.Namespac
     return args
 
 
+STAND_IN = {"gbps": 1.0, "iteration_s": 0.1}  # a calibration's fields, any valid values (check_configs)
+
+
 def check_configs(args: argparse.Namespace) -> None:
     """Compose and validate every run of every job before any starts, with ``dreamddp-run``'s checks
     and its refusal (``error: <one line>``, status 2): a ``--set`` one segment cannot run with
@@ -284,9 +287,9 @@ def check_configs(args: argparse.Namespace) -> None:
     for model in args.models:
         spec = job_spec(args, model, 0, os.path.join(args.out, "runs", model, "rep0"))
         runs = [("calibration", calibration_overrides(spec))]
-        runs += [(seg["label"], segment_overrides(spec, seg, gbps=1.0, schedule=False)) for seg in spec["segments"]]
+        runs += [(seg["label"], segment_overrides(spec, seg, STAND_IN, schedule=False)) for seg in spec["segments"]]
         if args.link == "tc":  # the shaped twin of every run on a link (its host checks: root, tbf)
-            runs += [(f"{seg['label']} (tc)", [o for o in segment_overrides(spec, seg, gbps=1.0, schedule=False)
+            runs += [(f"{seg['label']} (tc)", [o for o in segment_overrides(spec, seg, STAND_IN, schedule=False)
                                                if not o.startswith(("bandwidth=", "bandwidth.gbps="))]
                       + link_overrides("tc", 1.0)) for seg in spec["segments"] if seg["link"] == "emulated"]
         for label, overrides in runs:

@@ -281,7 +281,9 @@ def made_by(args: dict) -> str:
     return "dreamddp-bench run " + " ".join(flags)
 
 
-def write(runs: str, out: str) -> None:
+def write(runs: str, out: str) -> list[dict]:
+    """``out``/README.md and bench.csv from the records under ``runs``; returns the table's rows
+    (medians with their spread)."""
     made = json.loads((Path(runs) / "bench.json").read_text())
     args = made["args"]
     data = load(runs)
@@ -305,6 +307,7 @@ def write(runs: str, out: str) -> None:
     if rows:
         write_csv(os.path.join(out, "bench.csv"), [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()}
                                                    for r in rows])
+    return rows
 
 
 _READING = """## How to read it

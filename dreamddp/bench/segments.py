@@ -9,6 +9,7 @@ import os
 
 
 ONE_BUCKET_MB = 1_000_000  # DDP's bucket cap that no model here reaches (1 TB)
+WINDOW = 1.1  # flsgd_timed's window over H calibrated full-speed iterations (fixed before make bench-unequal ran)
 
 
 def segments(bucket_mb: float) -> list[dict]:
@@ -70,6 +71,10 @@ def segments(bucket_mb: float) -> list[dict]:
         seg("flsgd+nesterov", ["algo=flsgd", "algo.outer_optimizer=nesterov"], opt_in=True),
         seg("flsgd+nesterov+late", ["algo=flsgd", "algo.outer_optimizer=nesterov", "algo.outer_delay=1"], opt_in=True),
         seg("streaming_diloco+e3m0", ["algo=streaming_diloco", "algo.quantize=e3m0"], opt_in=True),
+        # opt-in: FLSGD over a window of fixed wall-clock length (make bench-unequal), the window
+        # WINDOW x H full-speed iterations of the calibration: the full-speed worker takes its H
+        # steps with a margin for the host's noise, a worker of speed s about s x H
+        seg("flsgd_timed", ["algo=flsgd_timed"], window=WINDOW, opt_in=True),
         seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
         seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
         # opt-in: S-SGD's like for like, DDP with one bucket (a cap above any model's size), so its one
@@ -91,20 +96,39 @@ OPT_IN = {s["label"] for s in _ALL if s.get("opt_in")}
 SCHEDULE_FROM = {s["label"]: s["schedule_from"] for s in _ALL if s.get("schedule_from")}  # runs on that one's schedule
 
 
+# Every worker at full speed: the link's rate (and flsgd_timed's window) is a property of the
+# link and the model, the same whatever --set slows the workers of the timed runs
+FULL_SPEED = ["cluster.worker_speed=null", "cluster.slow_spell.p=0"]
+
+
 def calibration_overrides(spec: dict) -> list[str]:
-    """The job's calibration run: nosync on the ideal link, whose backward fixes the emulated rate."""
-    return spec["base"] + ["algo=nosync", "bandwidth=ideal", f"train.iterations={spec['calibration_iterations']}"]
+    """The job's calibration run: nosync on the ideal link, every worker at full speed, whose
+    backward fixes the emulated rate."""
+    return spec["base"] + ["algo=nosync", "bandwidth=ideal", *FULL_SPEED,
+                           f"train.iterations={spec['calibration_iterations']}"]
 
 
-def segment_overrides(spec: dict, seg: dict, gbps: float, memory: bool = False, schedule: bool = True) -> list[str]:
+def _window_s(spec: dict, seg: dict, calibration: dict) -> list[str]:
+    if not seg.get("window"):
+        return []
+    if calibration.get("iteration_s") is None:
+        raise ValueError(f"segment {seg['label']}: its window needs the calibration's iteration_s")
+    H = int(next(o for o in reversed(spec["base"]) if o.startswith("algo.H=")).split("=", 1)[1])
+    return [f"algo.window_s={seg['window'] * H * calibration['iteration_s']:.6g}"]
+
+
+def segment_overrides(spec: dict, seg: dict, calibration: dict, memory: bool = False, schedule: bool = True) -> list[str]:
     """A segment's whole command line in the job of ``spec`` (dreamddp/bench/jobs.py's job_spec): the base,
-    its own overrides, its link (the emulated one at the calibrated ``gbps``), the schedule it runs on
+    its own overrides, its link (the emulated one at the calibrated ``calibration["gbps"]``), a timed
+    window from the calibration's full-speed ``iteration_s``, the schedule it runs on
     (``schedule_from``: that segment's, written by its run, so ``schedule=False`` before the job),
     and its iterations (a memory segment's fewer)."""
+    gbps = calibration["gbps"]
     link = ["bandwidth=ideal"] if seg["link"] == "ideal" else ["bandwidth=1gbit", f"bandwidth.gbps={gbps}"]
     if seg["link"] != "ideal" and spec.get("latency_ms"):
         link.append(f"bandwidth.latency_ms={spec['latency_ms']}")
     extra = [f"algo.schedule={os.path.join(spec['out'], seg['schedule_from'], 'schedule.json')}"] \
         if schedule and seg.get("schedule_from") else []
     iterations = spec["memory_iterations"] if memory else spec["iterations"]
-    return spec["base"] + seg["overrides"] + link + extra + [f"train.iterations={iterations}"]
+    return spec["base"] + seg["overrides"] + _window_s(spec, seg, calibration) + link + extra \
+        + [f"train.iterations={iterations}"]

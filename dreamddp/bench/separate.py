@@ -52,11 +52,12 @@ def run_job(run_dir: Path, overrides: list[str]) -> dict:
     return json.loads((run_dir / "run.json").read_text())
 
 
-def steady_backward(record: dict) -> float:
-    """The median backward of the middle half of a run's iterations (the first warm up)."""
+def steady(record: dict, field: str) -> float:
+    """The median ``field`` (backward, time) over the middle half of a run's iterations (the
+    first warm up)."""
     rows = record["iterations"]
     n = len(rows)
-    return statistics.median(r["backward"] for r in rows[n // 4: max(n // 4 + 1, 3 * n // 4)])
+    return statistics.median(r[field] for r in rows[n // 4: max(n // 4 + 1, 3 * n // 4)])
 
 
 def link_overrides(link: str, gbps: float) -> list[str]:
@@ -67,7 +68,7 @@ def link_overrides(link: str, gbps: float) -> list[str]:
 def calibrate(spec: dict, folder: Path, ratio: float) -> dict:
     """The rate at which S-SGD's exposed wait is ``ratio`` x its backward on the shaped link."""
     base = run_job(folder / "calibration", calibration_overrides(spec))
-    backward = steady_backward(base)
+    backward = steady(base, "backward")
     nbytes = 4 * sum(u["numel"] for u in base["extra"]["units"])
     world = base["extra"]["world_size"]
     first = ring_factor("all_reduce", world) * nbytes * 8 / (ratio * backward) / 1e9
@@ -75,7 +76,7 @@ def calibrate(spec: dict, folder: Path, ratio: float) -> dict:
                     spec["base"] + ["algo=ssgd", *link_overrides("tc", first),
                                     f"train.iterations={spec['calibration_iterations']}"])
     measured = probe["summary"]["mean_wait"] / probe["summary"]["mean_backward"]
-    return {"backward_s": backward, "model_bytes": nbytes, "ratio": ratio, "ring_gbps": first,
+    return {"backward_s": backward, "iteration_s": steady(base, "time"), "model_bytes": nbytes, "ratio": ratio, "ring_gbps": first,
             "ssgd_ratio_at_ring_gbps": measured, "gbps": first * measured / ratio}
 
 
@@ -103,7 +104,7 @@ def run_separate(args, spec_of) -> list[str]:
                     folder = trees[link] / model / f"rep{rep}" / seg["label"]
                     if args.resume and _completed(folder):
                         continue
-                    overrides = segment_overrides(spec, seg, cal["gbps"])  # the emulated link at that rate
+                    overrides = segment_overrides(spec, seg, cal)  # the emulated link at that rate
                     if seg["link"] == "emulated" and link == "tc":
                         overrides = [o for o in overrides if not o.startswith(("bandwidth=", "bandwidth.gbps="))]
                         overrides += link_overrides("tc", cal["gbps"])

@@ -119,21 +119,26 @@ def _cuda_peak_memory(run: Run, device) -> dict:
                     "bytes it held before the segment was built"}
 
 
-def _calibrate(ctx, spec: dict) -> float:
-    """The emulated rate at which all-reducing every parameter takes ``ratio`` x the steady backward."""
+def _calibrate(ctx, spec: dict) -> dict:
+    """The emulated rate at which all-reducing every parameter takes ``ratio`` x the steady
+    backward (``gbps``), and the steady full-speed iteration (``iteration_s``: a timed window's unit)."""
     run = _run(ctx, calibration_overrides(spec), os.path.join(spec["out"], "calibration"))
     rows = run.recorder.record.data["iterations"] if run.recorder.active else []
     # The middle half: the first passes warm up, and in the last ones the other ranks, which
     # nothing keeps in step with rank 0 here, have finished and left it a core of its own.
     n = len(rows)
-    backward = [statistics.median(r["backward"] for r in rows[n // 4: max(n // 4 + 1, 3 * n // 4)])] if rows else [None]
-    dist.broadcast_object_list(backward, src=0)
+    steady = rows[n // 4: max(n // 4 + 1, 3 * n // 4)]
+    measured = [statistics.median(r[k] for r in steady) for k in ("backward", "time")] if rows else [None, None]
+    dist.broadcast_object_list(measured, src=0)
+    backward, iteration = measured
     nbytes = sum(u.nbytes for u in run.units)
-    gbps = ring_factor("all_reduce", ctx.world_size) * nbytes * 8 / (spec["ratio"] * backward[0]) / 1e9
+    gbps = ring_factor("all_reduce", ctx.world_size) * nbytes * 8 / (spec["ratio"] * backward) / 1e9
+    calibration = {"backward_s": backward, "iteration_s": iteration, "model_bytes": nbytes, "ratio": spec["ratio"],
+                   "gbps": gbps}
     if ctx.rank == 0:
         with open(os.path.join(spec["out"], "calibration.json"), "w") as f:
-            json.dump({"backward_s": backward[0], "model_bytes": nbytes, "ratio": spec["ratio"], "gbps": gbps}, f)
-    return gbps
+            json.dump(calibration, f)
+    return calibration
 
 
 def main(spec_path: str) -> None:
@@ -142,10 +147,10 @@ def main(spec_path: str) -> None:
     ctx = dist_env.init_distributed(_compose(spec["base"]))
     clean = False
     try:
-        gbps = _calibrate(ctx, spec)
+        calibration = _calibrate(ctx, spec)
 
         def segment(seg, memory: bool) -> tuple[list[str], str]:
-            return (segment_overrides(spec, seg, gbps, memory),
+            return (segment_overrides(spec, seg, calibration, memory),
                     os.path.join(spec["out"], seg["label"] + ("@memory" if memory else "")))
 
         _interleaved(ctx, [segment(seg, False) for seg in spec["segments"]], spec["chunk"])

@@ -156,7 +156,8 @@ class SimResult:
 def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Callable[[SyncOp], float], *,
                   H: int, iterations: int | None = None, skew: Skew | None = None, world: int = 1,
                   carrier: Carrier | None = None, carrier_at_step: bool = False,
-                  turn: int | None = None, speeds: Speeds | None = None) -> SimResult:
+                  turn: int | None = None, speeds: Speeds | None = None,
+                  window: Callable[[int, float, int], bool] | None = None) -> SimResult:
     """Time ``iterations`` (default: one window of ``H``) after a warm-up window of ``H``.
 
     ``duration(op)``: seconds the link takes for ``op``; ``carrier``: the real collectives
@@ -164,7 +165,11 @@ def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Calla
     ``carrier_at_step``: the step carrier, which also starts what is queued when an
     iteration ends (``bandwidth.carrier=step``); ``turn``: the iterations between an
     interleaved benchmark's barriers (module docstring; None: a continuous run, the
-    iteration the mean over ranks); ``speeds``: each rank's compute speed per iteration.
+    iteration the mean over ranks); ``speeds``: each rank's compute speed per iteration;
+    ``window``: a timed window's rule (Algorithm.window_rule: whether a rank computes window
+    position ``pos`` after ``elapsed`` seconds and ``steps`` steps of it), each rank deciding on
+    its own clock; an iteration it skips costs it nothing and is not in its mean (the trainer
+    records no row for it).
     Ranks: ``world`` when ``skew`` gives one sample set per rank or ``speeds`` differ, else one.
     """
     if not isinstance(H, int) or H < 1:
@@ -181,15 +186,28 @@ def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Calla
     sim = _Ranks(compute, duration, carrier, ranks, carrier_at_step)
     draw = _draws(skew, ranks, H + n)
     per_iter, ops = [], []
+    elapsed, steps = np.zeros(ranks), np.zeros(ranks, dtype=int)  # per rank, in the timed window
     for t in range(H + n):
         if turn is not None and t % turn == 0:
             sim.barrier()
         # measured iterations start at H: their speeds are the run's from iteration 0
         speed = np.array([speeds.of(r, t - H) for r in range(ranks)]) if slowed else None
-        took, waited, launched = sim.iteration(plan(t), t, draw[t], speed)
+        factor = draw[t]
+        if window is not None:
+            if t % H == 0:
+                elapsed[:], steps[:] = 0.0, 0
+            active = np.array([window(t % H, elapsed[r], int(steps[r])) for r in range(ranks)])
+            factor = factor * active  # a skipped iteration: no pass, no step, nothing to launch
+        took, waited, launched = sim.iteration(plan(t), t, factor, speed)
+        if window is not None:
+            elapsed, steps = elapsed + took, steps + active
         if t >= H:
-            per_iter.append((float(took[0]), float(waited[0])) if turn is not None
-                            else (float(took.mean()), float(waited.mean())))
+            if window is None:
+                per_iter.append((float(took[0]), float(waited[0])) if turn is not None
+                                else (float(took.mean()), float(waited.mean())))
+            elif active[0] if turn is not None else active.any():
+                mine = [0] if turn is not None else np.flatnonzero(active)
+                per_iter.append((float(took[mine].mean()), float(waited[mine].mean())))
             ops.append(launched)
     return SimResult(float(np.mean([p[0] for p in per_iter])), float(np.mean([p[1] for p in per_iter])),
                      per_iter, ops)
