@@ -17,7 +17,7 @@ from pathlib import Path
 from dreamddp.bench import predict as bp
 from dreamddp.bench.overhead import engine_overhead, fmt_ms, phase_overhead
 from dreamddp.bench.regime import batch, compute_split, emulation
-from dreamddp.bench.segments import IDEAL, OPT_IN, TIMED
+from dreamddp.bench.segments import IDEAL, OPT_IN, TIMED, VARIES
 
 from dreamddp.atomic import write_csv, write_text
 from dreamddp.engine.layout import UnitLayout
@@ -227,7 +227,7 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict]]:
                      f"{fmt_spread(row['predicted_over_measured'], 2)} | {fmt_spread(row['late_ms'], 1)} | "
                      f"{fmt_spread(row['time_to_target_s'], 1)} | {fmt_spread(row['ttt_x_dreamddp'], 2)} |")
     ran = {label for s in reps.values() for label in s}
-    bases = {label: label.rsplit("+", 1)[0] for label in TIMED if label in OPT_IN and label in ran}
+    bases = {label: VARIES[label] for label in TIMED if label in OPT_IN and label in ran and VARIES[label] != label}
     varied = {f"{label} / {base}": median_spread([bp.mean_iteration(s[label]) / bp.mean_iteration(s[base]) for s in reps.values()
                                                  if label in s and base in s])
               for label, base in bases.items()}

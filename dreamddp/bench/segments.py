@@ -74,7 +74,7 @@ def segments(bucket_mb: float) -> list[dict]:
         # opt-in: FLSGD over a window of fixed wall-clock length (make bench-unequal), the window
         # WINDOW x H full-speed iterations of the calibration: the full-speed worker takes its H
         # steps with a margin for the host's noise, a worker of speed s about s x H
-        seg("flsgd_timed", ["algo=flsgd_timed"], window=WINDOW, opt_in=True),
+        seg("flsgd_timed", ["algo=flsgd_timed"], window=WINDOW, varies="flsgd", opt_in=True),
         seg("ddp@ideal", ["algo=ddp"], "ideal", memory=False),
         seg("ssgd@ideal", ["algo=ssgd"], "ideal", memory=False),
         # opt-in: S-SGD's like for like, DDP with one bucket (a cap above any model's size), so its one
@@ -94,6 +94,8 @@ TIMED = [s["label"] for s in _ALL if s["link"] == "emulated"]
 IDEAL = [s["label"] for s in _ALL if s["link"] == "ideal"]
 OPT_IN = {s["label"] for s in _ALL if s.get("opt_in")}
 SCHEDULE_FROM = {s["label"]: s["schedule_from"] for s in _ALL if s.get("schedule_from")}  # runs on that one's schedule
+# the run an opt-in segment varies: named where its label does not say it (``base+variant``)
+VARIES = {s["label"]: s.get("varies") or s["label"].rsplit("+", 1)[0] for s in _ALL}
 
 
 # Every worker at full speed: the link's rate (and flsgd_timed's window) is a property of the

@@ -13,8 +13,13 @@ import torch
 
 
 def gather_by_rank(comm, values: list[float]) -> list[list[float]]:
-    """``values`` of every rank (the same length everywhere), indexed by rank."""
-    table = torch.zeros(comm.world_size, len(values), dtype=torch.float64)
-    table[comm.rank] = torch.tensor(values, dtype=torch.float64)
+    """``values`` of every rank, indexed by rank.  The lengths may differ (a timed window's
+    worker computes only the iterations that fit): one small all-reduce gathers them first."""
+    lengths = torch.zeros(comm.world_size, dtype=torch.float64)
+    lengths[comm.rank] = len(values)
+    comm.all_reduce_mean(lengths)
+    counts = [round(n) for n in (lengths * comm.world_size).tolist()]
+    table = torch.zeros(comm.world_size, max(counts), dtype=torch.float64)
+    table[comm.rank, :len(values)] = torch.tensor(values, dtype=torch.float64)
     comm.all_reduce_mean(table)
-    return (table * comm.world_size).tolist()
+    return [row[:n] for row, n in zip((table * comm.world_size).tolist(), counts)]
