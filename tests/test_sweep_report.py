@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 import statistics
 from pathlib import Path
@@ -31,14 +32,18 @@ def test_a_study_report_has_each_settings_medians_and_ratios_in_its_rows(tmp_pat
 
 
 def test_a_study_with_an_equal_setting_gives_each_rows_time_over_the_same_algorithms_there(tmp_path):
-    for name in ("equal", "slow"):
+    for name in ("equal", "slow", "slowhost"):
         shutil.copytree(FIXTURE, tmp_path / "study" / name / "runs")
+    for cal in (tmp_path / "study" / "slowhost" / "runs").glob("*/rep*/calibration.json"):
+        made = json.loads(cal.read_text())  # the same times on a host whose backward was twice as slow
+        cal.write_text(json.dumps({**made, "backward_s": 2 * made["backward_s"]}))
     assert rebuild.main([str(tmp_path / "study")]) == 0
     with open(tmp_path / "study" / "study.csv") as f:
         rows = list(csv.DictReader(f))
     reps = report.load(str(FIXTURE))["gpt2"]
     for r in rows:
-        assert float(r["x_equal"]) == 1.0  # the same records in both settings
+        # the same records: the same time; the same seconds on a host half as fast: half the time
+        assert float(r["x_equal"]) == (0.5 if r["setting"] == "slowhost" else 1.0)
         mine = [s[r["algorithm"]] for s in reps.values() if r["algorithm"] in s]
         apriori = [x["summary"]["predicted"]["mean_iteration_time"] / mean_iteration(x) for x in mine
                    if x["summary"].get("predicted")]

@@ -8,12 +8,15 @@ iteration, the ratios over DreamDDP and over FLSGD (each taken inside one repeti
 median), the simulator against the measured time (a-priori: each run's own ``summary.predicted``,
 made before it trained; same-job: report.py's *predicted*) and the time to the folder's loss
 target.  Where a folder is named ``BASELINE`` (the study's equal-workers setting), each row also
-gives its median iteration time over the same algorithm's there: a ratio across jobs, so read it
-against both spreads.  Each folder's own full report is ``<dir>/<folder>/README.md`` (report.py).
+gives its iteration time over the same algorithm's there.  That ratio is across jobs, and each job
+calibrates its link to its own backward while the host's speed drifts between jobs, so each
+repetition's time is first taken in units of its job's calibrated full-speed backward (the link
+is a fixed multiple of it, and the compute moves with it): the ratio of those medians.  Each folder's own full report is ``<dir>/<folder>/README.md`` (report.py).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from dreamddp.atomic import write_csv, write_text
@@ -30,6 +33,12 @@ def folders(out: Path) -> list[Path]:
     found = [p for p in out.iterdir() if (p / "runs" / "bench.json").is_file()]
     key = lambda p: (float("".join(c for c in p.name if c.isdigit() or c == ".") or "inf"), p.name)  # noqa: E731
     return sorted(found, key=key)
+
+
+def _in_backwards(rec: dict) -> float:
+    """The run's mean iteration in units of its job's calibrated full-speed backward."""
+    calibration = json.loads((Path(rec["_dir"]).parent / "calibration.json").read_text())
+    return mean_iteration(rec) / calibration["backward_s"]
 
 
 def _apriori(rec: dict) -> float | None:
@@ -49,6 +58,7 @@ def rows(folder: Path) -> list[dict]:
             full = made.get((model, label), {})
             row = {"setting": folder.name, "model": model, "algorithm": label, "reps": len(mine),
                    "iteration_s": median_spread(mean_iteration(r) for r in mine),
+                   "iteration_backwards": median_spread(_in_backwards(r) for r in mine),
                    "mib_per_iteration": median_spread(r["summary"]["bytes_per_iteration"] / 2**20 for r in mine)}
             for ref in report.REFERENCES:
                 row[f"x_{ref}"] = report.ratio_over(reps, label, ref)
@@ -60,10 +70,10 @@ def rows(folder: Path) -> list[dict]:
 
 
 def _over_baseline(all_rows: list[dict]) -> None:
-    base = {(r["model"], r["algorithm"]): r["iteration_s"] for r in all_rows if r["setting"] == BASELINE}
+    base = {(r["model"], r["algorithm"]): r["iteration_backwards"] for r in all_rows if r["setting"] == BASELINE}
     for r in all_rows:
         b = base.get((r["model"], r["algorithm"]))
-        r[f"x_{BASELINE}"] = None if b is None or r["iteration_s"] is None else r["iteration_s"][0] / b[0]
+        r[f"x_{BASELINE}"] = None if b is None else r["iteration_backwards"][0] / b[0]
 
 
 def write(out: str) -> str:
@@ -84,8 +94,9 @@ def write(out: str) -> str:
              "its start-up profile, plan and settings) and same-job (on the repetition's compute-only runs and "
              "recorded link). Time to target: training seconds until the smoothed training loss reaches the "
              "setting's target (the highest final loss among its timed runs; its README)."
-             + (f" x {BASELINE}: the median iteration time over the same algorithm's in the {BASELINE} setting "
-                "(a ratio of medians across jobs)." if baseline else ""), "",
+             + (f" x {BASELINE}: the iteration time over the same algorithm's in the {BASELINE} setting, each first "
+                "in units of its job's calibrated full-speed backward (every job calibrates its link to that, and the "
+                "host's speed drifts between jobs): a ratio of medians across jobs." if baseline else ""), "",
              "| setting | model | algorithm | reps | iteration s | MiB / iteration | x DreamDDP | x FLSGD | "
              + (f"x {BASELINE} | " if baseline else "")
              + "a-priori / measured | same-job / measured | time to target s |",
