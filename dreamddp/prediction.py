@@ -240,9 +240,13 @@ def simulate_record(profile: Profile, config: Mapping, *, world: int, link: Link
                     speeds=Speeds.from_config(config.get("cluster") or {}))
 
 
-def simulated_algorithms() -> list[str]:
-    """Registered algorithms the simulator can time, in display order."""
-    return [cls.name for cls in sorted(ALGORITHMS.values(), key=lambda c: c.display.order) if not cls.syncs_itself]
+def simulated_algorithms(profile_only: bool = False) -> list[str]:
+    """Registered algorithms the simulator can time, in display order; ``profile_only``: less
+    those whose steps follow a wall-clock window (flsgd_timed), whose time a profile alone does
+    not fix (the every-algorithm tables)."""
+    classes = sorted(ALGORITHMS.values(), key=lambda c: c.display.order)
+    return [cls.name for cls in classes if not cls.syncs_itself
+            and not (profile_only and cls.window_rule(cls.Config()) is not None)]
 
 
 def iteration_time_table(profile: Profile, H: int = 10, model: str = "simulator") -> list[dict]:
@@ -259,7 +263,7 @@ def iteration_time_table(profile: Profile, H: int = 10, model: str = "simulator"
     if model != "simulator":
         raise ValueError(f"model: unknown {model!r} (expected simulator or authors)")
     rows = []
-    for name in simulated_algorithms():
+    for name in simulated_algorithms(profile_only=True):
         r = simulate(name, profile, H=H)
         rows.append({"algorithm": name, "iteration_s": r.mean_iter, "wait_s": r.mean_wait})
     return rows

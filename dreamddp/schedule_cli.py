@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> str:
         if collectives is not None:
             runs = assign_runs(collectives, groups(profile, args.H, schedule), profile.units)
         rows = []
-        for algo in simulated_algorithms():
+        for algo in simulated_algorithms(profile_only=True):
             scheduled = ALGORITHMS[algo].scheduled  # the scheduler's output is theirs
             overlap = {"overlap_forward": True} if scheduled and args.overlap_forward else {}
             r = simulate(algo, profile, H=args.H, schedule=schedule if scheduled else None,
