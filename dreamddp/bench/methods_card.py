@@ -26,7 +26,7 @@ from dreamddp.bench.segments import TIMED
 from dreamddp.results.spread import fmt_spread, median_spread
 from dreamddp.results.target import SMOOTH
 
-REFERENCE = "dreamddp"
+REFERENCE = report.REFERENCE  # DreamDDP
 # What each method's source says it does, to read the measured columns against (the issue's
 # papers; PAPER.md for Streaming DiLoCo).  Claims, not our numbers.
 CLAIMS = {
@@ -60,15 +60,10 @@ def final_eval(rec: dict) -> float | None:
     return evals[-1]["loss"] if evals else None
 
 
-def _paired(reps: dict, label: str, of, ref: str = REFERENCE, diff: bool = False):
-    """``of(label) - of(ref)`` (or their ratio) inside each repetition, then the median and spread."""
-    values = []
-    for segs in reps.values():
-        if label in segs and ref in segs:
-            a, b = of(segs[label]), of(segs[ref])
-            if a is not None and b:
-                values.append(a - b if diff else a / b)
-    return median_spread(values)
+def _difference(reps: dict, label: str, of):
+    """``of(label) - of(REFERENCE)`` inside each repetition (one seed), then the median and spread."""
+    pairs = [(of(s[label]), of(s[REFERENCE])) for s in reps.values() if label in s and REFERENCE in s]
+    return median_spread([a - b for a, b in pairs if a is not None and b is not None])
 
 
 def rows(time_runs: str, quality_runs: str) -> list[dict]:
@@ -87,11 +82,11 @@ def rows(time_runs: str, quality_runs: str) -> list[dict]:
                 "iteration_s": median_spread(mean_iteration(r) for r in tmine),
                 "x_dreamddp": report.ratio_over(treps, label, REFERENCE),
                 "wire_mib": median_spread(wire_per_iteration(r) / 2**20 for r in tmine),
-                "wire_x_dreamddp": _paired(treps, label, wire_per_iteration),
+                "wire_x_dreamddp": report.ratio_over(treps, label, REFERENCE, of=wire_per_iteration),
                 "train_loss": median_spread(final_train(r) for r in qmine),
-                "train_minus_dreamddp": _paired(qreps, label, final_train, diff=True),
+                "train_minus_dreamddp": _difference(qreps, label, final_train),
                 "eval_loss": median_spread(final_eval(r) for r in qmine),
-                "eval_minus_dreamddp": _paired(qreps, label, final_eval, diff=True),
+                "eval_minus_dreamddp": _difference(qreps, label, final_eval),
                 "loss_target": target, "time_to_target_s": median_spread(ttt.get(label, [])),
                 "claim": CLAIMS.get(label, ""),
             })

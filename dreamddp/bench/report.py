@@ -49,11 +49,10 @@ def load(runs: str) -> dict:
 REFERENCES = ("dreamddp", "flsgd")  # the algorithms the side-by-side reports divide by
 
 
-def ratio_over(reps: dict, label: str, ref: str):
-    """``label``'s mean iteration over ``ref``'s, taken inside each repetition, then its median
-    with the min-max spread (None where no repetition has both)."""
-    return median_spread([bp.mean_iteration(s[label]) / bp.mean_iteration(s[ref]) for s in reps.values()
-                          if label in s and ref in s])
+def ratio_over(reps: dict, label: str, ref: str, of=bp.mean_iteration):
+    """``label``'s ``of`` (default its mean iteration) over ``ref``'s, taken inside each
+    repetition, then its median with the min-max spread (None where no repetition has both)."""
+    return median_spread([of(s[label]) / of(s[ref]) for s in reps.values() if label in s and ref in s])
 
 
 def job_seconds(segs: dict) -> float:
@@ -281,12 +280,12 @@ def made_by(args: dict) -> str:
     return "dreamddp-bench run " + " ".join(flags)
 
 
-def write(runs: str, out: str) -> list[dict]:
-    """``out``/README.md and bench.csv from the records under ``runs``; returns the table's rows
-    (medians with their spread)."""
+def write(runs: str, out: str, data: dict | None = None) -> list[dict]:
+    """``out``/README.md and bench.csv from the records under ``runs`` (``data``: ``load(runs)``
+    where the caller has it); returns the table's rows (medians with their spread)."""
     made = json.loads((Path(runs) / "bench.json").read_text())
     args = made["args"]
-    data = load(runs)
+    data = load(runs) if data is None else data
     seconds = sum(job_seconds(segs) for reps in data.values() for segs in reps.values())
     lines = [f"# Benchmark: algorithms side by side (`--preset {args.get('preset', 'compute')}`)", "",
              f"Made by `{made_by(args)}` ({seconds / 60:.0f} min of jobs on this host, each from its first record's "

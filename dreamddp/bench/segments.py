@@ -6,6 +6,7 @@ opt-in one runs only where ``--only`` names it."""
 from __future__ import annotations
 
 import os
+import statistics
 
 
 ONE_BUCKET_MB = 1_000_000  # DDP's bucket cap that no model here reaches (1 TB)
@@ -101,6 +102,14 @@ VARIES = {s["label"]: s.get("varies") or s["label"].rsplit("+", 1)[0] for s in _
 # Every worker at full speed: the link's rate (and flsgd_timed's window) is a property of the
 # link and the model, the same whatever --set slows the workers of the timed runs
 FULL_SPEED = ["cluster.worker_speed=null", "cluster.slow_spell.p=0"]
+
+
+def steady(rows: list[dict], field: str) -> float:
+    """The median ``field`` (backward, time) of a calibration run's rows over their middle half:
+    the first passes warm up, and in the last ones the other ranks, which nothing keeps in step
+    with rank 0 there, have finished and left it a core of its own."""
+    n = len(rows)
+    return statistics.median(r[field] for r in rows[n // 4: max(n // 4 + 1, 3 * n // 4)])
 
 
 def calibration_overrides(spec: dict) -> list[str]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from pathlib import Path
 
 from dreamddp.atomic import write_json
 from dreamddp.bench.predict import COMPUTE_ONLY
-from dreamddp.bench.segments import TIMED, calibration_overrides, segment_overrides, segments
+from dreamddp.bench.segments import TIMED, calibration_overrides, segment_overrides, segments, steady
 from dreamddp.comm.cost import ring_factor
 
 LINKS = ("tc", "emulated")
@@ -52,14 +51,6 @@ def run_job(run_dir: Path, overrides: list[str]) -> dict:
     return json.loads((run_dir / "run.json").read_text())
 
 
-def steady(record: dict, field: str) -> float:
-    """The median ``field`` (backward, time) over the middle half of a run's iterations (the
-    first warm up)."""
-    rows = record["iterations"]
-    n = len(rows)
-    return statistics.median(r[field] for r in rows[n // 4: max(n // 4 + 1, 3 * n // 4)])
-
-
 def link_overrides(link: str, gbps: float) -> list[str]:
     preset = "tc_1gbit" if link == "tc" else "1gbit"
     return [f"bandwidth={preset}", f"bandwidth.gbps={gbps}"]
@@ -68,7 +59,7 @@ def link_overrides(link: str, gbps: float) -> list[str]:
 def calibrate(spec: dict, folder: Path, ratio: float) -> dict:
     """The rate at which S-SGD's exposed wait is ``ratio`` x its backward on the shaped link."""
     base = run_job(folder / "calibration", calibration_overrides(spec))
-    backward = steady(base, "backward")
+    backward = steady(base["iterations"], "backward")
     nbytes = 4 * sum(u["numel"] for u in base["extra"]["units"])
     world = base["extra"]["world_size"]
     first = ring_factor("all_reduce", world) * nbytes * 8 / (ratio * backward) / 1e9
@@ -76,7 +67,8 @@ def calibrate(spec: dict, folder: Path, ratio: float) -> dict:
                     spec["base"] + ["algo=ssgd", *link_overrides("tc", first),
                                     f"train.iterations={spec['calibration_iterations']}"])
     measured = probe["summary"]["mean_wait"] / probe["summary"]["mean_backward"]
-    return {"backward_s": backward, "iteration_s": steady(base, "time"), "model_bytes": nbytes, "ratio": ratio, "ring_gbps": first,
+    return {"backward_s": backward, "iteration_s": steady(base["iterations"], "time"), "model_bytes": nbytes,
+            "ratio": ratio, "ring_gbps": first,
             "ssgd_ratio_at_ring_gbps": measured, "gbps": first * measured / ratio}
 
 

@@ -11,7 +11,8 @@ target.  Where a folder is named ``BASELINE`` (the study's equal-workers setting
 gives its iteration time over the same algorithm's there.  That ratio is across jobs, and each job
 calibrates its link to its own backward while the host's speed drifts between jobs, so each
 repetition's time is first taken in units of its job's calibrated full-speed backward (the link
-is a fixed multiple of it, and the compute moves with it): the ratio of those medians.  Each folder's own full report is ``<dir>/<folder>/README.md`` (report.py).
+is a fixed multiple of it, and the compute moves with it): the ratio of those medians.  Each
+folder's own full report is ``<dir>/<folder>/README.md`` (report.py).
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ def _apriori(rec: dict) -> float | None:
 
 def rows(folder: Path) -> list[dict]:
     """The folder's rows; writes its own report on the way (report.write)."""
-    made = {(r["model"], r["algorithm"]): r for r in report.write(str(folder / "runs"), str(folder))}
+    data = report.load(str(folder / "runs"))
+    made = {(r["model"], r["algorithm"]): r for r in report.write(str(folder / "runs"), str(folder), data)}
     out = []
-    for model, reps in report.load(str(folder / "runs")).items():
+    for model, reps in data.items():
         for label in TIMED:
             mine = [s[label] for s in reps.values() if label in s]
             if not mine:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import statistics
 import sys
 
 import torch
@@ -36,7 +35,7 @@ from hydra import compose, initialize_config_dir
 
 import dreamddp.config  # noqa: F401  (registers schema and resolvers)
 from dreamddp.bench import memory
-from dreamddp.bench.segments import calibration_overrides, segment_overrides
+from dreamddp.bench.segments import calibration_overrides, segment_overrides, steady
 from dreamddp.run import dist_env
 from dreamddp.comm.cost import ring_factor
 from dreamddp.config import CONFIG_NAME, conf_dir, validate
@@ -124,11 +123,7 @@ def _calibrate(ctx, spec: dict) -> dict:
     backward (``gbps``), and the steady full-speed iteration (``iteration_s``: a timed window's unit)."""
     run = _run(ctx, calibration_overrides(spec), os.path.join(spec["out"], "calibration"))
     rows = run.recorder.record.data["iterations"] if run.recorder.active else []
-    # The middle half: the first passes warm up, and in the last ones the other ranks, which
-    # nothing keeps in step with rank 0 here, have finished and left it a core of its own.
-    n = len(rows)
-    steady = rows[n // 4: max(n // 4 + 1, 3 * n // 4)]
-    measured = [statistics.median(r[k] for r in steady) for k in ("backward", "time")] if rows else [None, None]
+    measured = [steady(rows, k) for k in ("backward", "time")] if rows else [None, None]
     dist.broadcast_object_list(measured, src=0)
     backward, iteration = measured
     nbytes = sum(u.nbytes for u in run.units)
