@@ -36,8 +36,8 @@ bench-latency: venv ## DreamDDP with and without fused collectives at 0, 10 and 
 
 # The methods the field moved to beside DreamDDP and FLSGD: iteration time and bytes on the compute
 # presets at comm/backward 7 and 30, and quality at equal iterations on the small presets.
-METHODS := flsgd dreamddp dreamddp+topk dreamddp+q4 dreamddp+nesterov flsgd+nesterov flsgd+nesterov+late \
-           streaming_diloco+e3m0 nosync@ideal plain@ideal
+METHODS := flsgd dreamddp dreamddp+topk dreamddp+q4 diloco diloco_eager sparseloco demo dreamddp_diloco \
+           dreamddp_sparseloco streaming_diloco+e3m0 nosync@ideal plain@ideal
 bench-methods: venv ## compression, outer optimizers, late outer updates: time at ratio 7 and 30, quality -> results/bench/methods/
 	@set -e; for r in 7 30; do \
 	  $(BENCH) run --preset compute --ratio $$r --only $(METHODS) --no-memory --out $(RESULTS)/bench/methods/time/ratio$$r $(BENCH_ARGS); done

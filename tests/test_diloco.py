@@ -10,7 +10,7 @@ from torch import nn
 from dist_util import run_workers
 from dreamddp.algorithms import build_algorithm
 from dreamddp.algorithms.fragments import fragments, unit_blocks
-from dreamddp.algorithms.quantize import e3m0_payload_bytes
+from dreamddp.engine.codecs import E3M0
 from dreamddp.comm.communicator import Communicator
 from dreamddp.comm.fake import FakeCommunicator
 from dreamddp.engine.engine import PartialSyncEngine
@@ -18,7 +18,7 @@ from dreamddp.engine.units import enumerate_units
 from engine_fixtures import algo_cfg, batch, engine_step, loss_of, small_model
 
 DILOCO = dict(fragments=1, fragment_pattern="strided", tau=0, alpha=0.0, outer_lr=0.7, outer_momentum=0.9,
-              quantize="none", quant_block=1024)
+              compress="none", compress_block=1024)
 
 
 def cfg(name="streaming_diloco", **kw):
@@ -82,8 +82,9 @@ def test_staggered_schedule_every_fragment_once_per_window():
                          after=lambda e, t: launched.setdefault(t, [c.tag for c in comm.calls[len(sum(launched.values(), [])):]]))
     algo = engine.algorithm
     assert algo.offset == [2, 0]
+    tag = [f"outer:{op.first}-{op.last}" for op in algo.fragment_ops]  # each fragment's op, by its first run
     assert {t: tags for t, tags in launched.items() if tags} == {
-        1: ["outer:0"], 3: ["outer:1"], 5: ["outer:0"], 7: ["outer:1"], 9: ["outer:0"], 11: ["outer:1"]}
+        1: [tag[0]], 3: [tag[1]], 5: [tag[0]], 7: [tag[1]], 9: [tag[0]], 11: [tag[1]]}
     assert algo.merges == [(2, 0), (4, 1), (6, 0), (8, 1), (10, 0)]  # tau = 1 step later; the last is in flight
     assert sorted(u for f in algo.frags for u in f) == [0, 1, 2, 3]  # disjoint cover of the model
     assert [algo.sync_iterations(u, 4) for u in range(4)] == [[3], [1], [3], [1]]
@@ -106,7 +107,7 @@ def test_memory_is_reported():
     mem = engine.algorithm.describe()["memory_bytes"]
     n = engine.flat.params.numel()
     sizes = [sum(engine.units[u].numel for u in f) for f in engine.algorithm.frags]
-    assert mem == {"anchor": 4 * n, "outer_momentum": 4 * n, "inflight_peak": 4 * max(sizes)}
+    assert mem == {"anchor": 4 * n, "outer_state": 4 * n, "inflight_peak": 4 * max(sizes)}
 
 
 def wide_model():
@@ -117,13 +118,13 @@ def wide_model():
 def test_e3m0_sends_about_an_eighth_of_fp32():
     sent = {}
     for q in ("none", "fp16", "e3m0"):
-        _, _, wire = train(FakeCommunicator(2, 0), model_fn=wide_model, H=2, steps=4, quantize=q)
+        _, _, wire = train(FakeCommunicator(2, 0), model_fn=wide_model, H=2, steps=4, compress=q)
         sent[q] = sum(wire)
     # Wire bytes per element at n=2: fp32 ring all-reduce 2 * (1/2) * 4 = 4; gathered fp16 (1/2) * 2 * 2 = 2;
     # gathered E3M0 (1/2) * 2 * 0.5 = 0.5, plus its scales.
     assert sent["fp16"] / sent["none"] == pytest.approx(0.5)
     n = sum(p.numel() for p in wide_model().parameters())
-    assert sent["e3m0"] / sent["none"] == e3m0_payload_bytes(n, 1024) / (4 * n)  # codes + one fp32 scale per block
+    assert sent["e3m0"] / sent["none"] == E3M0(1024).nbytes(n) / (4 * n)  # codes + one fp32 scale per block
     assert 0.125 < sent["e3m0"] / sent["none"] < 0.128
 
 
@@ -134,7 +135,7 @@ def _plain_diloco_vs_flsgd(rank, world):
     anchors = []
 
     def check(engine, t):
-        a = engine.algorithm.anchor
+        a = engine.algorithm.sync.anchor
         gathered = [torch.empty_like(a) for _ in range(world)]
         dist.all_gather(gathered, a)
         anchors.append(all(torch.equal(g, a) for g in gathered))
@@ -142,7 +143,7 @@ def _plain_diloco_vs_flsgd(rank, world):
     results = {}
     for q in ("none", "e3m0"):
         anchors.clear()
-        final, engine, _ = train(Communicator(), rank=rank, H=4, fragments=2, tau=1, alpha=0.5, quantize=q,
+        final, engine, _ = train(Communicator(), rank=rank, H=4, fragments=2, tau=1, alpha=0.5, compress=q,
                                  steps=9, after=check)
         results[q] = (final, list(anchors), list(engine.algorithm.merges))
     return diloco, flsgd, results
@@ -173,8 +174,8 @@ def test_simulator_streaming_diloco():
     lag = simulate("streaming_diloco", p, H=2, fragments=1, tau=1)
     assert lag.per_iter == [pytest.approx((7.0, 0.25)), pytest.approx((6.75, 0.0))]
     # E3M0: gathered 4-bit payloads (+ a scale per 1024) at half the all-reduce's ring factor.
-    q = simulate("streaming_diloco", p, H=2, fragments=1, tau=0, quantize="e3m0")
-    assert q.per_iter[1][1] == pytest.approx(7 * 0.5 * 2 * e3m0_payload_bytes(2**20, 1024) / 2**22)
+    q = simulate("streaming_diloco", p, H=2, fragments=1, tau=0, compress="e3m0")
+    assert q.per_iter[1][1] == pytest.approx(7 * 0.5 * 2 * E3M0(1024).nbytes(2**20) / 2**22)
     # Two fragments (no blocks here, so every unit is one; strided over forward order a, b, c):
     # fragment 0 = {a, c} (6 s) syncs at even t, fragment 1 = {b} (1 s) at odd t.
     two = simulate("streaming_diloco", p, H=2, fragments=2, tau=0)
@@ -189,9 +190,9 @@ def test_evaluation_sees_the_global_model_and_the_inner_optimizer_follows_the_re
     comm = FakeCommunicator(2, 0, lambda kind, tag, t: [t, torch.zeros_like(t)])
     _, engine, _ = train(comm, steps=5, H=2, alpha=0.5, tau=1)
     algo, replica = engine.algorithm, engine.flat.params.clone()
-    assert not torch.equal(replica, algo.anchor)  # replicas moved on since the last merge
+    assert not torch.equal(replica, algo.sync.anchor)  # replicas moved on since the last merge
     with algo.evaluation(engine):
-        assert torch.equal(engine.flat.params, algo.anchor)
+        assert torch.equal(engine.flat.params, algo.sync.anchor)
     assert torch.equal(engine.flat.params, replica)  # the replica is back, bitwise
     cls = ALGORITHMS["streaming_diloco"]
     assert cls.optimizer_name(cfg(), SimpleNamespace(optimizer="adam")) == "adamw"  # the LM recipes
@@ -204,6 +205,6 @@ def test_a_checkpoint_laid_out_for_other_buffers_is_a_one_line_error():
     not fit the other, and says so instead of failing inside a copy."""
     _, engine, _ = train(FakeCommunicator(2, 0), H=4, fragments=2, tau=1, steps=1)
     state = engine.algorithm.state_dict()
-    state["anchor"] = torch.zeros(state["anchor"].numel() + 128)
+    state["sync"]["anchor"] = torch.zeros(state["sync"]["anchor"].numel() + 128)
     with pytest.raises(ValueError, match="anchor holds .* elements where this run's flat buffers hold .*kind of device"):
         engine.algorithm.load_state_dict(state)

@@ -1,4 +1,4 @@
-"""DiLoCo's outer optimizer on the partial syncs (dreamddp/algorithms/outer.py), exact on a fake
+"""The sync pipeline's outer step on the partial syncs (dreamddp/engine/pipeline.py), exact on a fake
 communicator against a per-parameter reference that uses torch.optim.SGD(nesterov=True) as the
 outer optimizer: FLSGD with it is DiLoCo; PLSGD-ENP with it steps each unit's anchor at the
 iteration its group syncs, before the local step (layer-wise DiLoCo)."""
@@ -85,16 +85,17 @@ def test_avg_sends_the_parameters_in_place_and_nesterov_the_outer_gradient():
     _, outer = train("flsgd", 2, H=2, **NESTEROV)
     assert [op.payload.value for op in plain.algorithm.plan(1)] == ["param"]
     assert [op.payload.value for op in outer.algorithm.plan(1)] == ["outer"]
-    assert plain.algorithm.state_dict() == {} and set(outer.algorithm.state_dict()) == {"outer"}
+    assert plain.algorithm.state_dict() == {} and set(outer.algorithm.state_dict()) == {"sync"}
 
 
 def test_the_anchor_and_momentum_resume_from_a_checkpoint():
     _, a = train("plsgd_enp", 5, H=2, **NESTEROV)
     _, b = train("plsgd_enp", 1, H=2, **NESTEROV)
     b.algorithm.load_state_dict(a.algorithm.state_dict())
-    assert torch.equal(b.algorithm.anchor, a.algorithm.anchor) and torch.equal(b.algorithm.momentum, a.algorithm.momentum)
+    assert torch.equal(b.algorithm.sync.anchor, a.algorithm.sync.anchor)
+    assert str(b.algorithm.sync.outer.state_dict()) == str(a.algorithm.sync.outer.state_dict())
     _, avg = train("plsgd_enp", 1, H=2)
-    with pytest.raises(ValueError, match="disagree on the outer optimizer"):
+    with pytest.raises(ValueError, match="disagree on the anchor"):
         avg.algorithm.load_state_dict(a.algorithm.state_dict())
 
 
@@ -137,7 +138,7 @@ def delayed_reference(steps: int, H: int, mu: float, lr: float = 0.7, factor: fl
 
 @pytest.mark.parametrize("mu", [0.9, 0.0])
 def test_the_one_step_late_outer_update_follows_its_rule(mu):
-    ours, engine = train("flsgd", 10, H=2, outer_momentum=mu, outer_delay=1, **NESTEROV)
+    ours, engine = train("flsgd", 10, H=2, outer_momentum=mu, timing="late", **NESTEROV)
     torch.testing.assert_close(ours, delayed_reference(10, 2, mu), rtol=1e-6, atol=1e-7)
     (op,) = engine.algorithm.plan(1)
     assert op.lag == 2  # it completes at the end of the next window
@@ -146,15 +147,15 @@ def test_the_one_step_late_outer_update_follows_its_rule(mu):
 def test_the_one_step_late_update_resumes_with_its_mean_in_flight():
     """A checkpoint between a launch and its landing keeps the landed mean, the anchor and the
     window's starting point, and the resumed run ends where the uninterrupted one does."""
-    whole, _ = train("flsgd", 8, H=2, outer_delay=1, **NESTEROV)
+    whole, _ = train("flsgd", 8, H=2, timing="late", **NESTEROV)
     comm = FakeCommunicator(2, 0, lambda kind, tag, t: [t, 3 * t])
     model = small_model()
-    engine = PartialSyncEngine(model, enumerate_units(model), comm, build_algorithm(algo_cfg("flsgd", H=2, outer_delay=1, **NESTEROV)))
+    engine = PartialSyncEngine(model, enumerate_units(model), comm, build_algorithm(algo_cfg("flsgd", H=2, timing="late", **NESTEROV)))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     for t in range(4):
         engine_step(engine, model, opt, t)
     engine.flush()
-    saved = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in engine.algorithm.state_dict()["outer"].items()}
+    saved = engine.algorithm.state_dict()["sync"]
     assert len(saved["inflight"]) == 1
     params, opt_state = [p.detach().clone() for p in model.parameters()], opt.state_dict()
     model2 = small_model()
@@ -162,16 +163,16 @@ def test_the_one_step_late_update_resumes_with_its_mean_in_flight():
         for p, q in zip(model2.parameters(), params):
             p.copy_(q)
     engine2 = PartialSyncEngine(model2, enumerate_units(model2), FakeCommunicator(2, 0, lambda kind, tag, t: [t, 3 * t]),
-                                build_algorithm(algo_cfg("flsgd", H=2, outer_delay=1, **NESTEROV)))
+                                build_algorithm(algo_cfg("flsgd", H=2, timing="late", **NESTEROV)))
     opt2 = torch.optim.SGD(model2.parameters(), lr=0.05, momentum=0.9)
     opt2.load_state_dict(opt_state)
-    engine2.algorithm.load_state_dict({"outer": saved})
+    engine2.algorithm.load_state_dict({"sync": saved})
     for t in range(4, 8):
         engine_step(engine2, model2, opt2, t)
     engine2.flush()
     torch.testing.assert_close(torch.nn.utils.parameters_to_vector(model2.parameters()).detach(), whole, rtol=0, atol=0)
 
 
-def test_a_late_outer_step_is_flsgds_alone():
-    with pytest.raises(ConfigError, match="algo.outer_delay=1: algo=plsgd_enp syncs within the window"):
-        build_algorithm(algo_cfg("plsgd_enp", outer_delay=1))
+def test_a_late_outer_step_is_refused_where_the_plan_lands_on_its_own_timing():
+    with pytest.raises(ConfigError, match="algo.timing=late: not with algo=streaming_diloco"):
+        build_algorithm(algo_cfg("streaming_diloco", timing="late"))

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dreamddp.algorithms.base import ALGORITHMS, Display
-from dreamddp.algorithms.compress import CompressConfig
-from dreamddp.algorithms.grad_compress import GradCompress
+from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm, Display
 from dreamddp.checks import positive
 from dreamddp.engine.plan import Payload, SyncOp, When
 from dreamddp.schedule.partition import buckets
 
 
 @dataclass
-class ASCWFBPConfig(CompressConfig):
+class ASCWFBPConfig(AlgoConfig):
     # Gradient bucket size in MB: consecutive units merge until a bucket holds this much
     # (a tiny value gives one bucket per unit).
     bucket_mb: float = 25.0
@@ -34,24 +32,23 @@ def bucket_bytes(cfg) -> int:
 
 
 @ALGORITHMS.register
-class ASCWFBP(GradCompress):
+class ASCWFBP(Algorithm):
     name = "ascwfbp"
     Config = ASCWFBPConfig
     display = Display(20, authors_key="pipe_sgd")
+    syncs = "grad"
 
     @classmethod
     def check(cls, cfg) -> None:
         super().check(cfg)
         positive("algo.bucket_mb", cfg.bucket_mb)
 
-    def bind_plan(self, layout) -> None:
+    def make_plan(self, layout) -> None:
         self.buckets = buckets(list(layout.nbytes), bucket_bytes(self.cfg))
-        self._plan = tuple(self.compressed(SyncOp(a, b, Payload.GRAD, When.UNIT_READY, When.END_OF_BACKWARD), layout)
-                           for a, b in self.buckets)
+        self._plan = tuple(SyncOp(a, b, Payload.GRAD, When.UNIT_READY, When.END_OF_BACKWARD) for a, b in self.buckets)
 
-    def plan(self, t: int):
+    def base_plan(self, t: int):
         return self._plan
 
     def describe(self) -> dict:
-        return {"name": self.name, "buckets": len(self.buckets), "bucket_mb": self.cfg.bucket_mb,
-                **self.compress_describe()}
+        return {**super().describe(), "buckets": len(self.buckets), "bucket_mb": self.cfg.bucket_mb}

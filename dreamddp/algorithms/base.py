@@ -29,24 +29,34 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Optional
 
 from omegaconf import MISSING
 
 from dreamddp.checks import at_least
 from dreamddp.engine.layout import UnitLayout
+from dreamddp.engine.pipeline import Landed, Pipeline
 from dreamddp.engine.plan import Payload, Plan, SyncOp
+from dreamddp.engine.stages import CODEC_KEYS, StageConfig, check_stages, chosen
 from dreamddp.registry import Registry
 
 
 @dataclass
-class AlgoConfig:
+class AlgoKeys:
     # Registry name in dreamddp.algorithms.ALGORITHMS; each conf/algo yaml sets its own.
     name: str = MISSING
     # Window in iterations: the sync period of the periodic algorithms (every unit syncs at
     # least once per H); the others use it only as the period of the per-unit timelines
     # kept in the run record.
     H: int = 10
+    # The named method a conf/algo recipe yaml composes from this algorithm and the stages
+    # (diloco, sparseloco, ...): how results name the run; None: the algorithm itself.
+    recipe: Optional[str] = None
+
+
+@dataclass
+class AlgoConfig(StageConfig, AlgoKeys):
+    """An algorithm's keys (name, H, recipe first), then the sync stages' (engine/stages.py)."""
 
 
 @dataclass(frozen=True)
@@ -75,12 +85,18 @@ class Algorithm:
     owns_optimizer_step: ClassVar[bool] = False  # True: engine.step calls optimizer_step() instead of clip + step
     owns_grad_zeroing: ClassVar[bool] = False  # True: begin_iteration leaves the flat gradient buffer alone
     scheduled: ClassVar[bool] = False  # True: its per-iteration assignment is a scheduler's output (a schedule)
+    # What its plan sends, for the sync stages (engine/stages.py): param | grad | none | own
+    syncs: ClassVar[str] = "none"
+    # Why timing=late/eager cannot apply (the plan lands its syncs on a timing of its own), or None
+    fixed_timing: ClassVar[str | None] = None
 
     # ---- configuration and set-up (class level: before any instance exists) ----
     @classmethod
     def check(cls, cfg) -> None:
-        """Refuse bad ``algo.*`` values (ConfigError, one line naming the field)."""
+        """Refuse bad ``algo.*`` values (ConfigError, one line naming the field), the sync
+        stages this algorithm's plan cannot take included."""
         at_least("algo.H", cfg.H, 1)
+        check_stages(cfg, cls.name, cls.syncs, fixed_timing=cls.fixed_timing)
 
     @classmethod
     def check_model(cls, cfg, layout: Callable[[], Any]) -> None:
@@ -116,8 +132,8 @@ class Algorithm:
     @classmethod
     def variant(cls, cfg) -> str:
         """The name results tables give a run of this algorithm (``cfg``: a run record's
-        ``config.algo`` mapping); options that make it another method may show here."""
-        return cls.name
+        ``config.algo`` mapping): its recipe's, else options that make it another method."""
+        return cfg.get("recipe") or cls.name
 
     @classmethod
     def build(cls, cfg, setup: dict | None = None) -> "Algorithm":
@@ -157,19 +173,33 @@ class Algorithm:
         type(self).check(cfg)
         self.cfg = cfg
         self.setup = dict(setup or {})
+        self.sync = Pipeline(cfg, getattr(cfg, "alpha", 0.0))  # the stages every op passes through
 
     # ---- its communication: the plan ----
-    def bind_plan(self, layout: UnitLayout) -> None:
+    def make_plan(self, layout: UnitLayout) -> None:
         """Precompute the plans from the units (names, bytes, world); no tensors here."""
 
-    def plan(self, t: int) -> Plan:
+    def base_plan(self, t: int) -> Plan:
+        """Iteration t's ops as the algorithm states them (the pipeline's stages not yet applied)."""
         return ()
+
+    def bind_plan(self, layout: UnitLayout) -> None:
+        """The plans on ``layout``, then the pipeline's view of them."""
+        self.make_plan(layout)
+        self.sync.bind_plan(self.base_plan, layout)
+
+    def plan(self, t: int) -> Plan:
+        """Iteration t's ops as they travel: the engine runs them, the simulator times them."""
+        return self.sync.plan(self.base_plan(t), t)
 
     def payload_place(self, op: SyncOp, t: int, layout: UnitLayout) -> tuple[object, int]:
         """Where ``op``'s collective (launched in iteration ``t``) works: (buffer, byte offset).
         The plan does not say it and the deferred carrier's grouping depends on it (adjacent
         slices merge), so the simulator asks here.  Default: gradients and parameters on the
         engine's flat buffers; a payload made at launch, a buffer of its own."""
+        copy = self.sync.place(op, t, layout)
+        if copy is not None:
+            return copy
         if op.payload is Payload.GRAD:
             return "grads", layout.op_offset(op)
         if op.payload is Payload.PARAM:
@@ -178,15 +208,14 @@ class Algorithm:
 
     # ---- engine side: the tensor work ----
     def bind(self, engine) -> None:
-        """Called once by the engine: the plans from its units, then any tensors of its own."""
+        """Called once by the engine: the plans from its units, then the pipeline's tensors."""
         self.engine = engine
         self.bind_plan(engine.layout)
+        self.sync.bind(engine)
 
     def launch(self, engine, op: SyncOp):
-        """Start ``op``'s collective and return its handle (default: average the op's slice in place)."""
-        if op.collective != "all_reduce":
-            raise ValueError(f"{self.name}: collective {op.collective!r} needs its own launch()")
-        return engine.comm.all_reduce_avg(engine.tensor(op), tag=op_tag(engine, op))
+        """Start ``op``'s collective through the pipeline and return its handle."""
+        return self.sync.launch(engine, op, op_tag(engine, op, self.sync.prefix(op)))
 
     def optimizer_step(self, engine, optimizer, grad_clip: float) -> None:
         """Only for algorithms with ``owns_optimizer_step`` (e.g. DeAR's per-group updates)."""
@@ -204,8 +233,10 @@ class Algorithm:
         """Keys this algorithm adds to the iteration's row of the run record (after its step)."""
         return {}
 
+    def on_complete(self, engine, op: SyncOp) -> None:
+        self.sync.on_complete(engine, op)
+
     # Lifecycle callbacks (no-ops by default).
-    def on_complete(self, engine, op: SyncOp) -> None: ...
     def before_step(self, engine) -> None: ...
     def after_optimizer_step(self, engine) -> None: ...
     def before_unit_forward(self, engine, unit: int) -> None: ...
@@ -213,11 +244,14 @@ class Algorithm:
 
     def state_dict(self) -> dict:
         """State a checkpoint must carry beyond model, optimizer and data (taken after
-        ``engine.flush()``).  Plans that are a function of the iteration need none."""
-        return {}
+        ``engine.flush()``): the pipeline's (anchors, residuals, outer optimizer, what is in flight)."""
+        sync = self.sync.state_dict()
+        return {"sync": sync} if sync else {}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore ``state_dict()`` after :meth:`bind`."""
+        state = dict(state)
+        self.sync.load_state_dict(state.pop("sync", {}), self.check_saved_size)
         if state:
             raise ValueError(f"{self.name}: checkpoint holds algorithm state {sorted(state)} it cannot take")
 
@@ -230,8 +264,14 @@ class Algorithm:
                              "are padded, the CPU's packed)")
 
     def describe(self) -> dict:
-        """What the run record should know about this algorithm's set-up."""
-        return {"name": self.name}
+        """What the run record should know about this algorithm's set-up (and its stages)."""
+        out = {"name": self.name}
+        if self.cfg.recipe:
+            out["recipe"] = self.cfg.recipe
+        out.update({f"sync.{k}": getattr(self.cfg, k) for k in chosen(self.cfg)})
+        if self.sync.codec is not None:
+            out.update({k: getattr(self.cfg, k) for k in CODEC_KEYS})
+        return out
 
     @contextmanager
     def evaluation(self, engine):
@@ -249,10 +289,3 @@ def op_tag(engine, op: SyncOp, prefix: str | None = None) -> str:
     kind = prefix or op.payload.value
     tag = f"{kind}:{engine.units[op.first].name}" if op.first == op.last and not op.more else f"{kind}:{op.first}-{op.last}"
     return tag if op.part[1] == 1 else f"{tag}#{op.part[0]}/{op.part[1]}"
-
-
-class Landed:
-    """The handle of a transfer completed before a checkpoint was taken (``Engine.adopt``)."""
-
-    def wait(self) -> float:
-        return 0.0

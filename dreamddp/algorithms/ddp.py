@@ -36,6 +36,7 @@ class DDP(Algorithm):
     display = Display(0)
     syncs_itself = True
     on_engine = False
+    syncs = "own"  # DDP's buckets, outside the engine
 
     @classmethod
     def check(cls, cfg) -> None:

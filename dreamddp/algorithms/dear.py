@@ -78,13 +78,14 @@ class DeAR(Algorithm):
     uses_forward_hooks = True
     owns_optimizer_step = True
     owns_grad_zeroing = True
+    syncs = "own"  # its reduce-scatters and all-gathers carry the gradient as it is
 
     @classmethod
     def check(cls, cfg) -> None:
         super().check(cfg)
         positive("algo.bucket_mb", cfg.bucket_mb)
 
-    def bind_plan(self, layout) -> None:
+    def make_plan(self, layout) -> None:
         self.groups = buckets(list(layout.nbytes), bucket_bytes(self.cfg))
         self.clips = layout.grad_clip > 0
         done = When.END_OF_BACKWARD if self.clips else When.BEFORE_FORWARD  # the norm needs every shard
@@ -101,7 +102,7 @@ class DeAR(Algorithm):
         self._fresh = True  # the next iteration has no all-gathers (nothing pending)
         self.group_of = {b: g for g, (_, b) in enumerate(self.groups)}  # keyed by a group's last unit
 
-    def plan(self, t: int):
+    def base_plan(self, t: int):
         if self._fresh:  # the one stateful plan: set up or flushed since the last iteration
             self._fresh = False
             return self._first

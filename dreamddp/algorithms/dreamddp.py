@@ -1,6 +1,6 @@
 """DreamDDP: partial parameter averaging on a profiled schedule.
 
-The mechanism is PLSGD's (partial.py); the assignment of units to iterations
+The mechanism is PLSGD-ENP's (plsgd_enp.py); the assignment of units to iterations
 comes from a schedule: a scheduler's output on a profile of the live job
 (``algo.scheduler``: the paper's DFS plus bubble filling by default, so a unit
 may sync more than once per window; ``general`` assignments with their own
@@ -10,10 +10,13 @@ before the algorithm exists; the constructor takes it as its set-up
 checkpoints keep).  With ``algo.overlap_forward`` the averages still in flight
 at the step finish behind the next forward instead (dreamddp_overlap.py); with
 ``algo.merge_delay`` the collectives the link cannot finish in place are
-merged late (delayed_merge.py, schedule/delay.py).
+merged late (the pipeline's copy averaged late: engine/pipeline.py; which
+collectives go late: schedule/delay.py).  Codecs and outer steps compose (the
+``dreamddp_*`` recipes): a unit takes its outer step at its first sync of the
+window, and the bubble-filling syncs after it only average (engine/pipeline.py).
 
-Numerics: as PLSGD (partial.py): the average lands on the parameters before
-the local update, which then applies the local gradient on top.
+Numerics: as PLSGD-ENP: the average lands on the parameters before the local
+update, which then applies the local gradient on top.
 """
 
 from __future__ import annotations
@@ -21,13 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from dreamddp.algorithms.base import ALGORITHMS, Display
-from dreamddp.algorithms.outer import OuterConfig
-from dreamddp.algorithms.delayed_merge import DelayedMerge, is_late
-from dreamddp.algorithms.partial import PartialParamSync
+from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm, Display
 from dreamddp.checks import ConfigError, at_least, choice
+from dreamddp.engine.stages import anchored
 from dreamddp.schedule.cost import groups as schedule_groups
-from dreamddp.schedule.delay import plan_delayed, window_plans
+from dreamddp.schedule.delay import is_late, plan_delayed, window_plans
 from dreamddp.schedule.make import make_plan
 from dreamddp.schedule.schedule_file import (ScheduleError, assign_delayed, assign_runs, assign_units,
                                              read_schedule_file, runs_as_names)
@@ -36,7 +37,7 @@ SCHEDULERS = ("dreamddp", "optimal", "general")
 
 
 @dataclass
-class DreamDDPConfig(OuterConfig):
+class DreamDDPConfig(AlgoConfig):
     # Path to a schedule JSON ({"H": H, "schedule": {module: iteration(s)}}, the authors'
     # format, optionally with "collectives" and "delayed"); None = profile the live job at
     # start-up, then schedule.
@@ -58,7 +59,7 @@ class DreamDDPConfig(OuterConfig):
     # 0: the paper's DreamDDP.  d >= 1: a collective the link cannot finish in place is
     # launched after the step on a copy of its parameters and merged at the end of
     # backward d iterations later, corrected for the local progress made meanwhile
-    # (delayed_merge.py); 1 <= d < H.
+    # (engine/pipeline.py); 1 <= d < H.
     merge_delay: int = 0
     # With merge_delay: the most parts a late collective the link cannot carry within its
     # room (d iterations of compute less the step) may be cut into, part k launched k
@@ -73,11 +74,14 @@ class DreamDDPConfig(OuterConfig):
 
 
 @ALGORITHMS.register
-class DreamDDP(DelayedMerge, PartialParamSync):
+class DreamDDP(Algorithm):
     name = "dreamddp"
     Config = DreamDDPConfig
     display = Display(80, periodic=True, authors_key="dream_ddp")
     scheduled = True
+    syncs = "param"
+    fixed_timing = ("its schedule may sync a unit more than once per window, in place or by algo.merge_delay; "
+                    "a window-late outer step needs one sync per unit and window (flsgd, plsgd_enp)")
 
     @classmethod
     def check(cls, cfg) -> None:
@@ -85,6 +89,11 @@ class DreamDDP(DelayedMerge, PartialParamSync):
         choice("algo.scheduler", cfg.scheduler, SCHEDULERS)
         at_least("algo.merge_delay", cfg.merge_delay, 0)
         at_least("algo.late_parts", cfg.late_parts, 1)
+        if anchored(cfg):
+            for option in ("merge_delay", "overlap_forward"):  # their late merges move what the anchor tracks
+                if getattr(cfg, option):
+                    raise ConfigError(f"algo.{option}={getattr(cfg, option)}: not with a codec or an outer step "
+                                      f"(algo.compress={cfg.compress}, algo.outer_optimizer={cfg.outer_optimizer})")
         if cfg.merge_delay >= cfg.H:
             raise ConfigError(f"algo.merge_delay={cfg.merge_delay}: must be below algo.H={cfg.H} (a unit's average "
                               "merges before the unit syncs again)")
@@ -165,34 +174,26 @@ class DreamDDP(DelayedMerge, PartialParamSync):
         if self.made["H"] != cfg.H:
             raise ScheduleError(f"algo.H={cfg.H} does not match the schedule's H={self.made['H']}")
         self.source = self.made.get("source", "schedule")
-        self.late = {}
 
-    def bind_plan(self, layout) -> None:
+    def make_plan(self, layout) -> None:
         self.groups, self.runs, self.delayed = _window(self.made, self.cfg.merge_delay, list(layout.names),
                                                        layout.modules, self.source)
         self.H = len(self.groups)
-        self._plans = [tuple(self.outer_op(op, layout) for op in plan)
-                       for plan in window_plans(self.runs, self.delayed, self.cfg.merge_delay, self.cfg.overlap_forward)]
+        self._plans = window_plans(self.runs, self.delayed, self.cfg.merge_delay, self.cfg.overlap_forward)
         self.inplace = [sorted(u for op in plan if not is_late(op) for u in op.units) for plan in self._plans]
 
-    def state_dict(self) -> dict:
-        state = super().state_dict()
-        if self.cfg.merge_delay:
-            state["late"] = self.late_state()
-        return state
-
-    def load_state_dict(self, state: dict) -> None:
-        if not self.cfg.merge_delay:
-            return super().load_state_dict(state)
-        self.load_late_state(state.get("late", []), self.cfg.merge_delay)
+    def base_plan(self, t: int):
+        return self._plans[t % self.H]
 
     @classmethod
     def variant(cls, cfg) -> str:
-        name = "dreamddp+overlap" if cfg.get("overlap_forward") else cls.name
+        name = cfg.get("recipe") or ("dreamddp+overlap" if cfg.get("overlap_forward") else cls.name)
         return f"{name}+delay{cfg['merge_delay']}" if cfg.get("merge_delay") else name
 
     def describe(self) -> dict:
-        out = {**super().describe(), "schedule_source": self.source}
+        out = {**super().describe(), "H": self.H, "groups": [list(g) for g in self.groups], "schedule_source": self.source}
+        if any(a != b for runs in self.runs for a, b in runs):
+            out["runs"] = [[list(r) for r in runs] for runs in self.runs]
         if any(self.delayed):
             out.update(merge_delay=self.cfg.merge_delay, delayed=[[list(r) for r in its] for its in self.delayed])
         return out

@@ -35,9 +35,9 @@ more of the input side in one iteration than the paper's model allows.
 from __future__ import annotations
 
 from dreamddp.algorithms.base import ALGORITHMS
-from dreamddp.algorithms.delayed_merge import is_late
 from dreamddp.algorithms.dreamddp import DreamDDP
 from dreamddp.engine.plan import contiguous_runs
+from dreamddp.schedule.delay import is_late
 from dreamddp.lazy import lazy
 
 substep = lazy("dreamddp.engine.substep")
@@ -89,7 +89,7 @@ class DreamDDPOverlap(DreamDDP):
         self.landed.clear()
 
     def on_complete(self, engine, op) -> None:
-        if is_late(op):
+        if is_late(op):  # a copy averaged late: the pipeline merges it
             return super().on_complete(engine, op)
         due = [u for u in op.units if u in self.deferred]
         self.landed.update(u for u in op.units if u not in self.deferred)

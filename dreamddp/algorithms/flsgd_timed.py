@@ -65,6 +65,7 @@ class FLSGDTimed(Algorithm):
     name = "flsgd_timed"
     Config = TimedConfig
     display = Display(45, periodic=True)
+    syncs = "own"  # its merge weights each replica by its steps
 
     @classmethod
     def check(cls, cfg) -> None:
@@ -84,13 +85,13 @@ class FLSGDTimed(Algorithm):
         self.elapsed: float | None = None  # the open window's seconds at the last flush (clock stopped)
         self._merged: list[int] | None = None  # every worker's steps, from this iteration's merge
 
-    def bind_plan(self, layout) -> None:
+    def make_plan(self, layout) -> None:
         op = SyncOp(0, len(layout) - 1, Payload.OUTER, When.AFTER_STEP, When.AFTER_STEP)
         numel = layout.op_bytes(op) // layout.itemsize
         # the parameters and W weights (a profile without bytes: the measured times as they are)
         self._sync = (replace(op, scale=(numel + layout.world) / numel if numel else 1.0),)
 
-    def plan(self, t: int):
+    def base_plan(self, t: int):
         return self._sync if (t + 1) % self.cfg.H == 0 else ()
 
     def bind(self, engine) -> None:

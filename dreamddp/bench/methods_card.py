@@ -29,17 +29,21 @@ from dreamddp.results.target import SMOOTH
 REFERENCE = report.REFERENCE  # DreamDDP
 # What each method's source says it does, to read the measured columns against (the issue's
 # papers; PAPER.md for Streaming DiLoCo).  Claims, not our numbers.
-CLAIMS = {
+CLAIMS = {  # each paper's claim beside the method that implements it; "ours" where no paper's is
     "flsgd": "Local SGD (FLSGD): one average per H steps, H x fewer syncs than S-SGD",
     "dreamddp": "DreamDDP: FLSGD's traffic spread layer by layer over the window, hidden behind backward",
-    "dreamddp+topk": "SparseLoCo (arXiv 2508.15706): top-k 1-3 % with error feedback keeps DiLoCo's loss "
-                     "while sending a small fraction of its bytes",
-    "dreamddp+q4": "Streaming DiLoCo (arXiv 2501.18512): 4-bit outer gradients with no measurable quality loss",
-    "dreamddp+nesterov": "ours (layer-wise DiLoCo): DiLoCo's outer Nesterov step on DreamDDP's per-unit syncs",
-    "flsgd+nesterov": "DiLoCo (arXiv 2311.08105): the outer Nesterov step on H local steps matches "
-                      "synchronous training's loss with H x fewer syncs",
-    "flsgd+nesterov+late": "eager updates (arXiv 2502.12996): the outer update one window late hides the sync "
-                           "under compute at a small loss cost",
+    "dreamddp+topk": "ours: DreamDDP's syncs as top-k 1 % (fp16 values) with error feedback; no paper's claim",
+    "dreamddp+q4": "ours: DreamDDP's syncs in 4-bit blocks with error feedback; no paper's claim",
+    "diloco": "DiLoCo (arXiv 2311.08105): the outer Nesterov step on H local steps matches "
+              "synchronous training's loss with H x fewer syncs",
+    "diloco_eager": "eager updates (arXiv 2502.12996): the outer update one window late, the local change standing "
+                    "in for the missing average, hides the sync at a small loss cost (naive delay costs more)",
+    "sparseloco": "SparseLoCo (arXiv 2508.15706): top-k 1-3 % with 2-bit values and error feedback in place of "
+                  "outer momentum keeps or beats DiLoCo's loss while sending a small fraction of its bytes",
+    "demo": "ours: DeMo's DCT top-k codec with its momentum as error feedback, but the trainer's optimizer in "
+            "place of DeMo's sign-SGD: no paper's claim",
+    "dreamddp_diloco": "ours (layer-wise DiLoCo): DiLoCo's outer step once per window per unit on DreamDDP's schedule",
+    "dreamddp_sparseloco": "ours: SparseLoCo's codec on DreamDDP's per-unit syncs; no paper's claim",
     "streaming_diloco+e3m0": "Streaming DiLoCo (arXiv 2501.18512): staggered fragments cut peak bandwidth about P x "
                              "and 4-bit adds a further cut, at similar quality",
 }

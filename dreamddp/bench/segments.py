@@ -63,15 +63,18 @@ def segments(bucket_mb: float) -> list[dict]:
         seg("dreamddp+hold", ["algo=dreamddp", "bandwidth.hold_core=true"], opt_in=True),
         seg("flsgd+hold", ["algo=flsgd", "bandwidth.hold_core=true"], opt_in=True),
         # opt-in: the methods the field moved to, on the same engine (docs/algorithms.md): DreamDDP
-        # with its syncs compressed (top-k 1% and 4-bit blocks, error feedback), layer-wise DiLoCo
-        # (DreamDDP with the outer Nesterov step), DiLoCo (FLSGD with it), its one-step-late
-        # variant, and Streaming DiLoCo's 4-bit path
+        # with its syncs compressed (top-k 1 % with fp16 values, 4-bit blocks; error feedback), the
+        # recipes of conf/algo (DiLoCo, its eager one-step-late variant, SparseLoCo, DeMo's codec,
+        # layer-wise DiLoCo and SparseLoCo on DreamDDP's schedule), and Streaming DiLoCo's 4-bit path
         seg("dreamddp+topk", ["algo=dreamddp", "algo.compress=topk", "algo.compress_ratio=0.01"], opt_in=True),
         seg("dreamddp+q4", ["algo=dreamddp", "algo.compress=quant", "algo.compress_bits=4"], opt_in=True),
-        seg("dreamddp+nesterov", ["algo=dreamddp", "algo.outer_optimizer=nesterov"], opt_in=True),
-        seg("flsgd+nesterov", ["algo=flsgd", "algo.outer_optimizer=nesterov"], opt_in=True),
-        seg("flsgd+nesterov+late", ["algo=flsgd", "algo.outer_optimizer=nesterov", "algo.outer_delay=1"], opt_in=True),
-        seg("streaming_diloco+e3m0", ["algo=streaming_diloco", "algo.quantize=e3m0"], opt_in=True),
+        seg("diloco", ["algo=diloco"], varies="flsgd", opt_in=True),
+        seg("diloco_eager", ["algo=diloco_eager"], varies="diloco", opt_in=True),
+        seg("sparseloco", ["algo=sparseloco"], varies="flsgd", opt_in=True),
+        seg("demo", ["algo=demo"], varies="ssgd", opt_in=True),
+        seg("dreamddp_diloco", ["algo=dreamddp_diloco"], varies="dreamddp", opt_in=True),
+        seg("dreamddp_sparseloco", ["algo=dreamddp_sparseloco"], varies="dreamddp", opt_in=True),
+        seg("streaming_diloco+e3m0", ["algo=streaming_diloco", "algo.compress=e3m0"], opt_in=True),
         # opt-in: FLSGD over a window of fixed wall-clock length (make bench-unequal), the window
         # WINDOW x H full-speed iterations of the calibration: the full-speed worker takes its H
         # steps with a margin for the host's noise, a worker of speed s about s x H

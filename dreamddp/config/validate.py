@@ -63,6 +63,10 @@ def _check_components(cfg: DictConfig) -> None:
     link.check(cfg.bandwidth, cfg.cluster)
     algo = ALGORITHMS.lookup(cfg.algo.name)
     algo.check(cfg.algo)
+    inner = algo.optimizer_name(cfg.algo, cfg.train)
+    if any(cfg.algo.moments_every) and inner not in ("adam", "adamw"):
+        raise ConfigError(f"algo.moments_every={list(cfg.algo.moments_every)}: averages Adam's moments; "
+                          f"train.optimizer={inner} keeps none (use adam or adamw)")
     if link.paced and algo.syncs_itself:
         raise ConfigError(f"algo={cfg.algo.name} is not paced by the {link.name} link (it talks to the process "
                           "group itself); use bandwidth=ideal or a tc_* preset")

@@ -91,6 +91,8 @@ class PartialSyncEngine:
         ]
         self._forward_hooked = False
         self._landing: list[tuple[dict, object, float]] = []  # sampled events still in flight
+        self.optimizer = None  # the trainer's, from its first step (the pipeline's moments stage reads it)
+        self.closing = False  # True while land_all completes what the plan would have later
         self.set_algorithm(algorithm)
 
     def set_algorithm(self, algorithm) -> None:
@@ -146,6 +148,7 @@ class PartialSyncEngine:
         self._wait(When.END_OF_BACKWARD)
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
         grad_clip = self.layout.grad_clip
         if self.algorithm.owns_optimizer_step:
             # The algorithm applies (or defers) the update itself, clipping included.
@@ -185,13 +188,26 @@ class PartialSyncEngine:
                     self.stats.wait += handle.wait()  # landed; on_complete at its iteration
         self.algorithm.flush(self)
 
+    def land_all(self) -> None:
+        """The run's end: complete now every op still in flight, late merges and outer steps
+        included (there is no later iteration for them), so replicas end synced as the plan
+        would have left them; then ``flush``."""
+        self.flush()
+        self.closing, now = True, self.t
+        try:
+            for key in sorted(self._due, key=lambda k: (k[0], k[1].order)):
+                self.t = key[0]  # the iteration it was due in: on_complete finds its launch from there
+                self._complete(self._due.pop(key))
+        finally:
+            self.closing, self.t = False, now
+
     def _land_events(self) -> None:
         """Sampled events of collectives that completed after their iteration's record was
         handed out (late merges, forward completions): filled in place, in the row that holds them."""
         self._landing = [entry for entry in self._landing if not land(*entry)]
 
     def close(self) -> None:
-        self.flush()
+        self.land_all()
         self._land_events()
         for h in self._hooks:
             h.remove()

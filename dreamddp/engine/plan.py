@@ -38,7 +38,8 @@ from typing import Iterable
 class Payload(enum.Enum):
     GRAD = "grad"  # the units' gradients (averaged before the optimizer step)
     PARAM = "param"  # the units' parameters (averaged in place, or a copy the algorithm makes)
-    OUTER = "outer"  # derived by the algorithm at launch (Streaming DiLoCo: anchor - parameters)
+    OUTER = "outer"  # made at launch by the sync pipeline (a change since the anchor, a compressed payload)
+    STATE = "state"  # the inner optimizer's state (Adam's moments: DES-LOC), made at launch
 
 
 class When(enum.Enum):
@@ -71,7 +72,7 @@ class SyncOp:
     # t + lag.  None: the first such point after the launch (BEFORE_FORWARD: the next forward).
     lag: int | None = None
     at: int | None = None  # BEFORE_FORWARD launches: the unit whose pre-hook launches it (None: start)
-    more: tuple[tuple[int, int], ...] = ()  # further (first, last) runs; Payload.OUTER only
+    more: tuple[tuple[int, int], ...] = ()  # further (first, last) runs, sent as one payload made at launch
     # Payload bytes over the fp32 bytes of the units (a quantised all-gather sends less
     # per element but gathers every rank's share): what the link charges.
     scale: float = 1.0
@@ -92,16 +93,16 @@ class SyncOp:
             raise ValueError("SyncOp: UNIT_READY is a launch point, not a completion point")
         if self.collective not in KINDS:
             raise ValueError(f"SyncOp: collective {self.collective!r} (expected one of {', '.join(KINDS)})")
-        if self.more and self.payload is not Payload.OUTER:
-            raise ValueError("SyncOp: several runs need a payload the algorithm derives (Payload.OUTER)")
+        if self.more and self.payload not in (Payload.OUTER, Payload.PARAM):
+            raise ValueError("SyncOp: several runs are parameters the pipeline sends as one payload")
         k, n = self.part
         if not 0 <= k < n:
             raise ValueError(f"SyncOp: part {self.part} (expected (k, n) with 0 <= k < n)")
-        if n > 1 and (self.more or self.payload is Payload.OUTER):
+        if n > 1 and (self.more or self.payload in (Payload.OUTER, Payload.STATE)):
             raise ValueError("SyncOp: a part of a run is a slice of the flat buffers: one run of gradients or parameters")
         if self.at is not None and self.launch is not When.BEFORE_FORWARD:
             raise ValueError("SyncOp: 'at' places a BEFORE_FORWARD launch only")
-        if self.steps and self.payload is Payload.OUTER:
+        if self.steps and self.payload in (Payload.OUTER, Payload.STATE):
             raise ValueError("SyncOp: 'steps' applies the optimizer step to the op's units (Payload.GRAD or PARAM)")
         lag = self.lag
         if lag is None:

@@ -233,6 +233,8 @@ class Run:
 
             last = t + 1 == tc.iterations
             stop = not last and preempt.requested()  # a checkpoint-and-stop request, agreed by all ranks
+            if last:  # what would land after the end (a late outer step, a late merge) lands before the last evaluation
+                engine.land_all()
             if tc.divergence_every and ((t + 1) % tc.divergence_every == 0 or last):
                 engine.flush()  # averages still in flight (overlap_forward's) land first, as for evaluation
                 div = engine.divergence()  # None where the engine keeps no flat buffers (DDP, plain)

@@ -62,6 +62,11 @@ def inplace_op(first: int, last: int, overlap_forward: bool) -> SyncOp:
     return SyncOp(first, last, Payload.PARAM, When.UNIT_READY, When.END_OF_BACKWARD)
 
 
+def is_late(op: SyncOp) -> bool:
+    """A collective of parameters launched after the step: a copy averaged late."""
+    return op.payload is Payload.PARAM and op.launch is When.AFTER_STEP
+
+
 def late_op(first: int, last: int, delay: int, part: tuple[int, int] = (0, 1)) -> SyncOp:
     """A collective launched after the step on a copy, merged at the end of backward ``delay`` later."""
     return SyncOp(first, last, Payload.PARAM, When.AFTER_STEP, When.END_OF_BACKWARD, lag=delay, part=part)
