@@ -14,7 +14,7 @@ RUN_ARGS ?=
 .PHONY: help venv lock run test test-all reports reports-check clean
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
 
 venv: $(STAMP) ## create .venv and install dreamddp (fast when nothing changed)
 

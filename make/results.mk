@@ -10,7 +10,7 @@ BENCH_ARGS ?=
 BENCH := $(OFFLINE) WANDB_MODE=disabled $(VENV)/bin/dreamddp-bench
 RESULTS_CLI := $(VENV)/bin/dreamddp-results
 
-.PHONY: fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency bench-methods methods-cards bench-unequal simulator-accuracy simulator-accuracy-tc simulator-accuracy-fast gpu gpu-reports
+.PHONY: plan-table4 fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency bench-methods methods-cards bench-unequal simulator-accuracy simulator-accuracy-tc simulator-accuracy-fast gpu gpu-reports
 
 bench: venv ## every algorithm side by side, compute presets, 2 workers, 3 repetitions -> results/bench/headline/
 	$(BENCH) run --preset headline --out $(RESULTS)/bench/headline $(BENCH_ARGS)
@@ -124,3 +124,6 @@ FIXTURE := tests/fixtures/bench_small
 fixtures: venv ## remake the golden test's expected bench.csv and card from the fixture records (review the diff)
 	$(BENCH) report $(FIXTURE)
 	$(RESULTS_CLI) card $(FIXTURE)/runs --no-figure --csv $(FIXTURE)/card.csv > $(FIXTURE)/card.txt
+
+plan-table4: venv ## Streaming DiLoCo's Table 4 recomputed by dreamddp-plan beside the published values -> results/plan/streaming_diloco_table4/
+	$(VENV)/bin/dreamddp-plan table4 --out $(RESULTS)/plan/streaming_diloco_table4
