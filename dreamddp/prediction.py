@@ -184,7 +184,7 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
         compute = replace(compute, launch_host=host[0], complete_host=host[1])
     return simulate_plan(bound.plan, compute, op_seconds(profile, layout, link), H=int(cfg.H),
                          iterations=iterations, skew=skew, world=world, carrier=real,
-                         carrier_at_step=carrier_at_step, turn=turn, speeds=speeds, window=cls.window_rule(cfg))
+                         carrier_at_step=carrier_at_step, turn=turn, speeds=speeds, window=_rule(cls, cfg))
 
 
 def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
@@ -246,7 +246,7 @@ def simulated_algorithms(profile_only: bool = False) -> list[str]:
     not fix (the every-algorithm tables)."""
     classes = sorted(ALGORITHMS.values(), key=lambda c: c.display.order)
     return [cls.name for cls in classes if not cls.syncs_itself
-            and not (profile_only and cls.window_rule(cls.Config()) is not None)]
+            and not (profile_only and cls.window_policy(cls.Config()) is not None)]
 
 
 def iteration_time_table(profile: Profile, H: int = 10, model: str = "simulator") -> list[dict]:
@@ -267,3 +267,9 @@ def iteration_time_table(profile: Profile, H: int = 10, model: str = "simulator"
         r = simulate(name, profile, H=H)
         rows.append({"algorithm": name, "iteration_s": r.mean_iter, "wait_s": r.mean_wait})
     return rows
+
+
+def _rule(cls, cfg):
+    """The algorithm's wall-clock window rule for the simulator (None: every iteration)."""
+    window = cls.window_policy(cfg)
+    return None if window is None else window.takes

@@ -45,6 +45,7 @@ class EveryK(Algorithm):
     name = "every_k"
     Config = EveryKConfig
     display = Display(15)
+    syncs = "grad"
 
     @classmethod
     def check(cls, cfg) -> None:
@@ -55,10 +56,10 @@ class EveryK(Algorithm):
     def prepare(cls, cfg, warmup) -> dict:
         return {"units_seen": len(warmup.engine.units)}
 
-    def bind_plan(self, layout) -> None:
+    def make_plan(self, layout) -> None:
         self._sync = (SyncOp(0, len(layout) - 1, Payload.GRAD, When.END_OF_BACKWARD, When.END_OF_BACKWARD),)
 
-    def plan(self, t: int):
+    def base_plan(self, t: int):
         return self._sync if t % self.cfg.k == self.cfg.k - 1 else ()
 
     def describe(self) -> dict:

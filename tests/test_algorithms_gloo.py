@@ -204,7 +204,7 @@ def _timed_window(rank, world):
     opt = _opt("sgd", model)
     computed, merges = [], []
     for t in range(16):
-        if not algo.steps_at(t):
+        if not algo.window.steps_at(t):
             continue
         engine.begin_iteration(t)
         loss_of(model, batch(rank, len(computed))).backward()

@@ -58,19 +58,22 @@ def _train(run_dir: Path, *overrides: str) -> dict:
 
 # The algorithms of earlier waves resume in make test-all; make test keeps this wave's options.
 @pytest.mark.parametrize("algo", [
-    pytest.param(["algo=streaming_diloco", "algo.H=4", "algo.fragments=2", "algo.tau=1", "algo.quantize=e3m0"],
+    pytest.param(["algo=streaming_diloco", "algo.H=4", "algo.fragments=2", "algo.tau=1", "algo.compress=e3m0"],
                  marks=pytest.mark.slow),
     pytest.param(["algo=dear", "algo.bucket_mb=0.5"], marks=pytest.mark.slow),
     pytest.param(["algo=dreamddp", "algo.H=3", "algo.overlap_forward=true", "warmup.profile_iterations=2",
                   "bandwidth=ratio7"], marks=pytest.mark.slow),
     pytest.param(["algo=ddp"], marks=pytest.mark.slow),
-    # the anchor, outer momentum and error-feedback residuals (outer.py, compress.py)
+    # the anchor, the outer optimizer's state and error-feedback residuals (engine/pipeline.py)
     ["algo=dreamddp", "algo.H=3", "algo.compress=topk", "algo.compress_ratio=0.1", "algo.outer_optimizer=nesterov",
      "warmup.profile_iterations=2", "bandwidth=ratio7"],
+    # a recipe with its outer step in flight at the save (eager: the sent change kept too)
+    ["algo=diloco_eager", "algo.H=2"],
     # a wall-clock window too short for a second step: iterations 1, 2 and 5 idle, the save at
     # step 3 mid-window (its steps and elapsed time kept; the elapsed seconds are a measurement)
     ["algo=flsgd_timed", "algo.H=4", "algo.window_s=1e-6"],
-], ids=["streaming_diloco", "dear", "dreamddp_overlap", "ddp", "dreamddp_topk_nesterov", "flsgd_timed"])
+], ids=["streaming_diloco", "dear", "dreamddp_overlap", "ddp", "dreamddp_topk_nesterov", "diloco_eager",
+          "flsgd_timed"])
 def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path, algo):
     a = _train(tmp_path / "a", *algo)
     assert [c["step"] for c in a["extra"]["checkpoints"]] == [3, 6]

@@ -38,6 +38,8 @@ def test_every_option_composes_and_validates(compose_cfg, group, option):
     cfg = compose_cfg(overrides)
     expected_name = {"experiment": cfg.experiment.name}.get(group, option)
     name_key = {"bandwidth": None, "experiment": "experiment.name"}.get(group, f"{group}.name")
+    if group == "algo" and cfg.algo.recipe:  # a recipe: an algorithm and stages, named by its recipe
+        name_key = "algo.recipe"
     if name_key:
         assert OmegaConf.select(cfg, name_key) == expected_name
     if cfg.data.name in NETWORK_DATA and _needs_network(cfg):
@@ -55,7 +57,9 @@ def test_groups_mirror_registries():
 
     assert {p.stem for p in (CONF / "model").glob("*.yaml")} == set(MODELS)
     assert {p.stem for p in (CONF / "data").glob("*.yaml")} == set(DATASETS)
-    assert {p.stem for p in (CONF / "algo").glob("*.yaml")} <= set(ALGORITHMS)
+    algos = {p.stem: OmegaConf.load(p) for p in (CONF / "algo").glob("*.yaml")}
+    assert {stem for stem, c in algos.items() if not c.get("recipe")} <= set(ALGORITHMS)
+    assert all(c.recipe == stem and c.name in ALGORITHMS for stem, c in algos.items() if c.get("recipe"))
 
 
 def _defaults_comments() -> dict[str, str]:
@@ -194,7 +198,9 @@ BAD = [
     (["algo=streaming_diloco", "algo.tau=10"], "algo.tau=10: must be between 0 and algo.H-1=9"),
     (["algo=streaming_diloco", "algo.fragments=11"], "algo.fragments=11: must be between 1 and algo.H=10"),
     (["algo=streaming_diloco", "algo.alpha=1.5"], "algo.alpha=1.5: must be in [0, 1)"),
-    (["algo=streaming_diloco", "algo.quantize=int8"], "algo.quantize=int8: unknown value"),
+    (["algo=streaming_diloco", "algo.compress=int8"], "algo.compress=int8: unknown value"),
+    (["algo=ssgd", "algo.outer_optimizer=nesterov"], "algo.outer_optimizer=nesterov: algo=ssgd averages gradients"),
+    (["algo=desloc", "model=resnet18"], "algo.moments_every=[20, 40]: averages Adam's moments"),
     (["algo=ddp", "bandwidth=1gbit"], "algo=ddp is not paced by the emulated link"),
     (["algo=ddp", "bandwidth=ratio7"], "algo=ddp is not paced by the emulated link"),
     (["train.iterations=0"], "train.iterations=0: must be >= 1"),

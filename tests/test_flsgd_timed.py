@@ -38,7 +38,7 @@ def twin(kind, tag, t):
 
 
 class Worker:
-    """One replica driven as the trainer drives it: ``steps_at`` first; a computed iteration takes
+    """One replica driven as the trainer drives it: ``window.steps_at`` first; a computed iteration takes
     ``dt`` seconds of the clock and the replica's next batch."""
 
     def __init__(self, rank: int, dt: float, peer_fn=None, **kw):
@@ -52,7 +52,7 @@ class Worker:
 
     def run(self, iterations: range) -> "Worker":
         for t in iterations:
-            if not self.algo.steps_at(t):
+            if not self.algo.window.steps_at(t):
                 continue
             self.engine.begin_iteration(t)
             loss_of(self.model, batch(self.rank, len(self.computed))).backward()

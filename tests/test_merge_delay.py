@@ -42,6 +42,11 @@ LATE = [[("4", "4")], [], [("2", "2"), ("0", "0")]]  # iteration 1's unit stays 
 LATE_PARTS = [[("4", "4", 0, 2)], [("4", "4", 1, 2)], [("2", "2"), ("0", "0")]]
 
 
+
+def late(algo) -> dict:
+    """The late averages in flight: op -> (its all-reduce buffer, its snapshot or None)."""
+    return {op: entry for (op, _), entry in algo.sync._sent.items() if algo.sync.role[op] == "copy"}
+
 def peer(kind, tag, t):
     """The other worker holds an elementwise function of this worker's values."""
     return [t, t * 0.5 + 0.25]
@@ -188,7 +193,7 @@ def test_memory_in_flight_is_one_copy_for_delay_one():
         opt = torch.optim.SGD(m.parameters(), lr=0.05)
         for t in range(H):
             engine_step(engine, m, opt, t)
-        held = sum(sum(x.numel() for x in entry if x is not None) for entry in algo.late.values())
+        held = sum(sum(x.numel() for x in entry if x is not None) for entry in late(algo).values())
         in_flight = sum(engine.tensor(op).numel() for _, op in engine.in_flight())
         assert held == copies * in_flight > 0
 
@@ -231,8 +236,7 @@ def test_resumed_with_averages_in_flight_ends_where_the_uninterrupted_run_does(t
     b = train_completed(tmp_path / "b", [*SMALL, *algo, f"train.resume={tmp_path / 'a'}/checkpoints/step-0000003"])
     assert [r["iteration"] for r in b["iterations"]] == [3, 4, 5]
     state = torch.load(step_dir(tmp_path / "a", 3) / "rank00000.pt", weights_only=True)
-    assert state["algorithm"]["late"], "nothing was in flight at the save"
-    assert [0, 2] in [entry[3] for entry in state["algorithm"]["late"]], "no part was in flight at the save"
+    assert state["algorithm"]["sync"]["inflight"], "nothing was in flight at the save"
     for rank in (0, 1):
         name = f"rank{rank:05d}.pt"
         diff = _differences(step_dir(tmp_path / "a", 6) / name, step_dir(tmp_path / "b", 6) / name)
@@ -251,10 +255,10 @@ def test_delay_one_copies_into_one_buffer_made_once():
     storages = set()
     for t in range(2 * H):
         engine_step(engine, m, opt, t)
-        storages |= {buf.untyped_storage().data_ptr() for buf, snapshot in algo.late.values()}
-        assert all(snapshot is None for _, snapshot in algo.late.values())
+        storages |= {buf.untyped_storage().data_ptr() for buf, snapshot in late(algo).values()}
+        assert all(snapshot is None for _, snapshot in late(algo).values())
     sizes = [sum(engine.tensor(op).numel() for op in algo.plan(h) if op.lag) for h in range(H)]
-    assert len(storages) == 1 and algo._arena.numel() == max(sizes) > min(s for s in sizes if s)
+    assert len(storages) == 1 and algo.sync._arena.numel() == max(sizes) > min(s for s in sizes if s)
 
 
 def test_payload_place_names_the_memory_the_engine_uses():
@@ -272,9 +276,9 @@ def test_payload_place_names_the_memory_the_engine_uses():
         engine_step(engine, m, opt, t)
         for op in algo.plan(t):
             buffer, offset = algo.payload_place(op, t, engine.layout)
-            real = algo.late[op][0] if op in algo.late else engine.tensor(op)
+            real = late(algo)[op][0] if op in late(algo) else engine.tensor(op)
             assert offset == real.storage_offset() * real.element_size()
-            expected = algo._arena if op in algo.late else engine.flat.params
+            expected = algo.sync._arena if op in late(algo) else engine.flat.params
             assert storage(real) == storage(expected)
             seen.add(buffer)
     assert seen == {"params", "late copies"}
@@ -359,7 +363,7 @@ def test_late_averages_saved_for_other_buffers_are_a_one_line_error():
         engine_step(engine, m, opt, t)
     engine.flush()
     state = engine.algorithm.state_dict()
-    assert state["late"]
+    assert state["sync"]["inflight"]
     padded, _ = engine_with(512)
     with pytest.raises(ValueError, match="late average of units .* holds .* kind of device"):
         padded.algorithm.load_state_dict(state)

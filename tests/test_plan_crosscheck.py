@@ -36,7 +36,7 @@ VARIANTS = {
     "flsgd": [{}],
     "flsgd_timed": [{}],
     "plsgd_enp": [{}],
-    "streaming_diloco": [{"fragments": 2, "tau": 1}, {"fragments": 1, "tau": 0, "quantize": "e3m0"}],
+    "streaming_diloco": [{"fragments": 2, "tau": 1}, {"fragments": 1, "tau": 0, "compress": "e3m0"}],
     "dreamddp": [{"scheduler": "dreamddp"}, {"scheduler": "optimal", "bubble_fill": False},
                  {"scheduler": "general"}, {"overlap_forward": True}, {"merge_delay": 1},
                  {"merge_delay": 2, "overlap_forward": True}, {"scheduler": "general", "merge_delay": 1}],

@@ -30,7 +30,7 @@ def small(replicas=4, gbps=1.0, latency_ms=0.5, H=4):
 @pytest.mark.parametrize("recipe,algo,options", [
     ("ssgd", "ssgd", {}), ("ascwfbp", "ascwfbp", {}), ("diloco", "flsgd", {"outer_optimizer": "nesterov"}),
     ("plsgd_enp", "plsgd_enp", {}), ("dreamddp", "dreamddp", {}),
-    ("streaming_diloco_fp4", "streaming_diloco", {"tau": 1, "quantize": "e3m0", "fragments": 2}),
+    ("streaming_diloco_fp4", "streaming_diloco", {"tau": 1, "compress": "e3m0", "fragments": 2}),
 ])
 def test_iteration_time_equals_the_simulators(recipe, algo, options):
     """On a flat ring (one worker per replica) the planner's time is prediction.simulate's, which

@@ -110,10 +110,9 @@ class Algorithm:
         return {}
 
     @classmethod
-    def window_rule(cls, cfg) -> Callable[[int, float, int], bool] | None:
-        """For the simulator: ``takes(pos, elapsed, steps)``, whether a worker computes window
-        position ``pos`` after ``elapsed`` seconds and ``steps`` steps of its window, where
-        ``steps_at`` depends on the worker's own clock (flsgd_timed); None: every iteration."""
+    def window_policy(cls, cfg):
+        """A wall-clock window (engine/window.py) that decides which iterations a worker computes
+        (flsgd_timed), the one the trainer, the engine and the simulator share; None: every one."""
         return None
 
     @classmethod
@@ -174,6 +173,7 @@ class Algorithm:
         self.cfg = cfg
         self.setup = dict(setup or {})
         self.sync = Pipeline(cfg, getattr(cfg, "alpha", 0.0))  # the stages every op passes through
+        self.window = type(self).window_policy(cfg)  # None: the worker computes every iteration
 
     # ---- its communication: the plan ----
     def make_plan(self, layout: UnitLayout) -> None:
@@ -222,13 +222,6 @@ class Algorithm:
         raise TypeError(f"{type(self).__name__} sets owns_optimizer_step but defines no optimizer_step()")
 
     # ---- trainer side ----
-    def steps_at(self, t: int) -> bool:
-        """Whether this worker computes iteration ``t`` (asked by the trainer before each one).
-        False: the trainer takes no batch and no step and runs nothing of the engine, so an
-        iteration this returns False for must have an empty plan (a timed window's idle tail:
-        flsgd_timed).  Every worker still passes through every iteration, in step with the others."""
-        return True
-
     def iteration_record(self) -> dict:
         """Keys this algorithm adds to the iteration's row of the run record (after its step)."""
         return {}
@@ -238,7 +231,6 @@ class Algorithm:
 
     # Lifecycle callbacks (no-ops by default).
     def before_step(self, engine) -> None: ...
-    def after_optimizer_step(self, engine) -> None: ...
     def before_unit_forward(self, engine, unit: int) -> None: ...
     def flush(self, engine) -> None: ...
 

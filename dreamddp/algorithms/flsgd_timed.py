@@ -5,7 +5,8 @@ algorithm, so evaluation, checkpoints and the end of the run come at the same it
 every worker.  In each window worker i computes the first iteration, then each further one
 while its elapsed wall time e since the window began, plus two of its mean steps so far
 (e + 2 e / j after j steps), stays within ``algo.window_s`` (this step and the window's last
-both fit); it idles through the rest (no batch, no step: the trainer asks ``steps_at``) and
+both fit); it idles through the rest (no batch, no step: engine/window.py, the policy the
+trainer, the engine and the simulator share) and
 computes the window's last iteration, after whose optimizer step every worker joins the merge,
 weighted by the samples each processed in the window (Decoupled DiLoCo's token weighting; every
 worker's batch is train.batch_size, so by steps)::
@@ -33,12 +34,12 @@ unit on the next.  Only a whole-model merge at one agreed iteration lines up.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 from dreamddp.algorithms.base import ALGORITHMS, AlgoConfig, Algorithm, Display, op_tag
 from dreamddp.checks import positive
 from dreamddp.engine.plan import Payload, SyncOp, When
+from dreamddp.engine.window import TimedWindow
 from dreamddp.lazy import lazy
 
 torch = lazy("torch")
@@ -49,15 +50,6 @@ class TimedConfig(AlgoConfig):
     # Wall-clock seconds of a window, measured by each worker from the window's first iteration;
     # it takes the steps that fit (at least min(H, 2)), then idles to the window's last iteration.
     window_s: float = 1.0
-
-
-def takes_step(pos: int, H: int, elapsed: float, steps: int, window_s: float) -> bool:
-    """The window's rule: a worker computes position ``pos`` of a window of ``H`` when it is the
-    first or the last, when it has taken no step yet, or when ``elapsed`` seconds since the
-    window began plus two of its mean steps so far stay within ``window_s``."""
-    if pos == 0 or pos == H - 1 or steps == 0:
-        return True
-    return elapsed + 2 * elapsed / steps <= window_s
 
 
 @ALGORITHMS.register
@@ -73,16 +65,12 @@ class FLSGDTimed(Algorithm):
         positive("algo.window_s", cfg.window_s)
 
     @classmethod
-    def window_rule(cls, cfg):
-        H, window = int(cfg.H), float(cfg.window_s)
-        return lambda pos, elapsed, steps: takes_step(pos, H, elapsed, steps, window)
+    def window_policy(cls, cfg):
+        return TimedWindow(cfg.H, cfg.window_s)
 
     def __init__(self, cfg, setup: dict | None = None, clock=None):
         super().__init__(cfg, setup)
-        self.clock = clock or time.perf_counter
-        self.steps = 0  # optimizer steps in the window so far (after_optimizer_step counts them)
-        self.start: float | None = None  # clock at the window's first iteration (None: none open)
-        self.elapsed: float | None = None  # the open window's seconds at the last flush (clock stopped)
+        self.window = TimedWindow(cfg.H, cfg.window_s, clock)  # the trainer and the engine drive it
         self._merged: list[int] | None = None  # every worker's steps, from this iteration's merge
 
     def make_plan(self, layout) -> None:
@@ -100,30 +88,11 @@ class FLSGDTimed(Algorithm):
         params = engine.flat.params
         self._buf = torch.empty(b - a + engine.layout.world, dtype=params.dtype, device=params.device)
 
-    # ---- the window, decided locally ----
-    def steps_at(self, t: int) -> bool:
-        pos, now = t % self.cfg.H, self.clock()
-        if self.elapsed is not None and pos:  # back from evaluation or a checkpoint: the window goes on
-            self.start, self.elapsed = now - self.elapsed, None
-        if pos == 0 or self.start is None:
-            if pos == 0:
-                self.steps = 0
-            self.start, self.elapsed = now, None
-            return True
-        return takes_step(pos, self.cfg.H, now - self.start, self.steps, self.cfg.window_s)
-
-    def after_optimizer_step(self, engine) -> None:
-        self.steps += 1
-
-    def flush(self, engine) -> None:
-        if self.start is not None:
-            self.elapsed, self.start = self.clock() - self.start, None
-
     # ---- the weighted merge ----
     def launch(self, engine, op: SyncOp):
         a, b = engine.flat.span(op.first, op.last)
         n, buf = b - a, self._buf
-        s = self.steps / self.cfg.H
+        s = self.window.steps / self.cfg.H
         if s == 1:
             buf[:n].copy_(engine.flat.params[a:b])
         else:
@@ -142,7 +111,8 @@ class FLSGDTimed(Algorithm):
             params.copy_(self._buf[:n])
         else:
             torch.div(self._buf[:n], divisor, out=params)
-        self._merged, self.steps, self.start, self.elapsed = counts, 0, None, None
+        self._merged = counts
+        self.window.close()
 
     def iteration_record(self) -> dict:
         merged, self._merged = self._merged, None
@@ -150,13 +120,13 @@ class FLSGDTimed(Algorithm):
 
     # ---- checkpoints: the open window ----
     def state_dict(self) -> dict:
-        return {"window": {"steps": self.steps, "elapsed_s": self.elapsed}}  # after flush: the clock stopped
+        return {"window": self.window.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         state = dict(state)
         window = state.pop("window", None)
         if window is not None:
-            self.steps, self.elapsed, self.start = int(window["steps"]), window["elapsed_s"], None
+            self.window.load_state_dict(window)
         super().load_state_dict(state)
 
     def describe(self) -> dict:

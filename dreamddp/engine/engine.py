@@ -158,7 +158,8 @@ class PartialSyncEngine:
             self.stats.grad_norm = self.flat.clip_grad_norm_(grad_clip)
         self.algorithm.before_step(self)
         optimizer.step()
-        self.algorithm.after_optimizer_step(self)
+        if self.algorithm.window is not None:
+            self.algorithm.window.stepped()
 
     def after_step(self) -> IterationStats:
         for i, op in enumerate(self.plan):
@@ -187,6 +188,8 @@ class PartialSyncEngine:
                 for _, handle in self._due[key]:
                     self.stats.wait += handle.wait()  # landed; on_complete at its iteration
         self.algorithm.flush(self)
+        if getattr(self.algorithm, "window", None) is not None:  # time outside the steps is not the window's
+            self.algorithm.window.pause()
 
     def land_all(self) -> None:
         """The run's end: complete now every op still in flight, late merges and outer steps

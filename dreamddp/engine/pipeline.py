@@ -66,10 +66,11 @@ class Pipeline:
     # ---- 1. the plan (torch-free) ----
     def bind_plan(self, base_plan, layout) -> None:
         self.layout = layout
+        self.engine_plan = lambda t: self.plan(base_plan(t), t)  # iteration t's ops as they travel
         self._plans.clear()
         self.first = [set() for _ in range(self.H)]  # units whose first sync of the window is at pos
         seen: set[int] = set()
-        for pos in range(self.H):
+        for pos in range(self.H if self.anchored else 0):  # periodic parameter plans only (DeAR's is stateful)
             for op in base_plan(pos):
                 if op.payload is Payload.PARAM:
                     self.first[pos].update(u for u in op.units if u not in seen)
@@ -81,6 +82,8 @@ class Pipeline:
         key = (id(base), moments)
         hit = self._plans.get(key)
         if hit is None or hit[0] is not base:
+            if len(self._plans) >= 256:  # a plan built fresh each iteration: keep the index bounded
+                self._plans.clear()
             ops = tuple(self.rewrite(op) for op in base)
             if any(moments):
                 ops += (replace(self.state_op, scale=float(sum(moments))),)
@@ -136,11 +139,20 @@ class Pipeline:
         return TAGS.get(self.role.get(op))
 
     def place(self, op: SyncOp, t: int, layout):
-        """Where a copy averaged late travels (None: the op is not one): lag 1 in the shared
-        buffer laid out as the parameters (adjacent ones merge), else a copy of its own."""
+        """Where a copy averaged late travels (None: the op is not one): with lag 1 in the one
+        buffer of late copies, after this iteration's earlier ones (the only ones in flight
+        then), else a copy of its own."""
         if self.role.get(op) != "copy":
             return None
-        return (("copy", t, op), 0) if op.lag > 1 else ("late copies", layout.op_offset(op))
+        if op.lag > 1:
+            return ("copy", t, op), 0
+        offset = 0
+        for o in self.engine_plan(t % self.H):
+            if o == op:
+                break
+            if self.role.get(o) == "copy":
+                offset += layout.op_bytes(o)
+        return "late copies", offset
 
     def spans(self, op: SyncOp) -> list[tuple[int, int]]:
         return [self.engine.flat.span(a, b) for a, b in op.runs]
@@ -260,10 +272,12 @@ class Pipeline:
         params = engine.tensor(op).detach()
         if op.lag > 1:
             buf = params.clone()
-        else:  # lag 1: every collective in flight is the last step's: one shared buffer, made once
-            start = engine.layout.op_offset(op) // params.element_size()
+        else:  # lag 1: one buffer, made once, the size of the largest iteration's late copies
             if self._arena is None:
-                self._arena = torch.empty_like(engine.flat.params)
+                size = max(sum(engine.tensor(o).numel() for o in self.engine_plan(t) if self.role.get(o) == "copy")
+                           for t in range(self.H))
+                self._arena = torch.empty(size, dtype=params.dtype, device=params.device)
+            start = self.place(op, engine.t, engine.layout)[1] // params.element_size()
             buf = self._arena[start: start + params.numel()]
             buf.copy_(params)
         self._sent[key] = (buf, buf.clone() if op.lag > 1 else None)
@@ -336,6 +350,8 @@ class Pipeline:
             op = self.engine.algorithm.plan(t)[index]
             role = self.role[op]
             if role == "copy":
+                saved_size(f"late average of units {op.first}-{op.last}", kept[0].numel(),
+                           self.engine.tensor(op).numel())
                 self._sent[(op, t)] = tuple(kept)
             elif role == "state":
                 state_ = self.engine.optimizer.state if getattr(self.engine, "optimizer", None) else None

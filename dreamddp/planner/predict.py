@@ -17,6 +17,7 @@ stretched by 1 / the slowest speed, as ``dreamddp/speed.py`` stretches them).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -60,15 +61,33 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("ssgd", "ssgd", label="S-SGD"),
     Recipe("ascwfbp", "ascwfbp", label="ASC-WFBP (gradients per layer, as ready)"),
     Recipe("flsgd", "flsgd", label="FLSGD (local SGD, blocking average every H)"),
-    Recipe("diloco", "flsgd", {"outer_optimizer": "nesterov"}, "DiLoCo (flsgd, outer Nesterov)"),
     Recipe("plsgd_enp", "plsgd_enp", label="PLSGD-ENP"),
     Recipe("streaming_diloco_blocking", "streaming_diloco", {"tau": 0}, "Streaming DiLoCo (tau 0)", 3),
     Recipe("streaming_diloco", "streaming_diloco", {"tau": 1}, "Streaming DiLoCo (tau 1)", 3),
-    Recipe("streaming_diloco_fp4", "streaming_diloco", {"tau": 1, "quantize": "e3m0"},
+    Recipe("streaming_diloco_fp4", "streaming_diloco", {"tau": 1, "compress": "e3m0"},
            "Streaming DiLoCo (tau 1, 4-bit E3M0)", 3),
     Recipe("dreamddp", "dreamddp", label="DreamDDP"),
     Recipe("dreamddp_q4", "dreamddp", {"compress": "quant", "compress_bits": 4}, "DreamDDP (4-bit quant)"),
 )}
+
+
+def conf_recipes() -> dict[str, Recipe]:
+    """The recipes of conf/algo (a yaml with ``recipe:``), as ``algo=<recipe>`` runs them (H: the planner's)."""
+    import yaml
+
+    from dreamddp.config import conf_dir
+
+    out = {}
+    for path in sorted(Path(conf_dir(), "algo").glob("*.yaml")):
+        values = yaml.safe_load(path.read_text())
+        if not values.get("recipe"):
+            continue
+        options = {k: v for k, v in values.items() if k not in ("defaults", "name", "H", "recipe")}
+        out[values["recipe"]] = Recipe(values["recipe"], values["name"], options, f"{values['recipe']} (conf/algo)")
+    return out
+
+
+RECIPES.update(conf_recipes())
 DEFAULT_RECIPES = ("ssgd", "ascwfbp", "flsgd", "diloco", "plsgd_enp", "streaming_diloco", "streaming_diloco_fp4",
                    "dreamddp", "dreamddp_q4")
 
@@ -146,7 +165,8 @@ class Planner:
 
         # A plan that is the same every iteration (S-SGD, ASC-WFBP) is timed over one window of
         # one iteration: the same number as over H, without H times the work
-        window = cls.window_rule(cfg)
+        policy = cls.window_policy(cfg)
+        window = None if policy is None else policy.takes
         first = algo.plan(0)
         H = 1 if window is None and all(algo.plan(t) == first for t in range(1, self.H)) else self.H
         r = simulate_plan(algo.plan, self.compute, duration, H=H, world=n, window=window)

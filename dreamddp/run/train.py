@@ -220,7 +220,7 @@ class Run:
         run_meta, progress = self._run_meta, self._progress
         end = tc.iterations if until is None else min(until, tc.iterations)
         for t in range(self.next, end):
-            if self.algorithm.steps_at(t):
+            if self.algorithm.window is None or self.algorithm.window.steps_at(t):
                 row = self._iteration(t)
                 rec.iteration(row)
                 progress.update(row)

@@ -166,7 +166,7 @@ def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Calla
     iteration ends (``bandwidth.carrier=step``); ``turn``: the iterations between an
     interleaved benchmark's barriers (module docstring; None: a continuous run, the
     iteration the mean over ranks); ``speeds``: each rank's compute speed per iteration;
-    ``window``: a timed window's rule (Algorithm.window_rule: whether a rank computes window
+    ``window``: a timed window's rule (engine/window.py ``takes``: whether a rank computes window
     position ``pos`` after ``elapsed`` seconds and ``steps`` steps of it), each rank deciding on
     its own clock; an iteration it skips costs it nothing and is not in its mean (the trainer
     records no row for it).
