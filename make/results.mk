@@ -46,9 +46,10 @@ bench-methods: venv ## compression, outer optimizers, late outer updates: time a
 	  --out $(RESULTS)/bench/methods/quality $(BENCH_ARGS)
 	@$(MAKE) --no-print-directory methods-cards
 
-methods-cards: venv ## make bench-methods' result card per link rate from its records -> results/bench/methods/card_ratio<r>/
+methods-cards: venv ## make bench-methods' result cards from its records -> results/bench/methods/card_ratio<r>/, card_quality/
 	@set -e; for r in 7 30; do $(BENCH) card $(RESULTS)/bench/methods/time/ratio$$r $(RESULTS)/bench/methods/quality \
 	  --out $(RESULTS)/bench/methods/card_ratio$$r; done
+	$(BENCH) card $(RESULTS)/bench/methods/quality $(RESULTS)/bench/methods/quality --out $(RESULTS)/bench/methods/card_quality
 
 # Unequal workers (docs/cluster.md), in a regime fixed before the run: GPT-2 small (its iterations are
 # short enough for every algorithm x 4 settings x 3 repetitions), 2 workers one per core, comm/backward
@@ -113,7 +114,7 @@ reports: venv ## remake every report under results/ from the committed records (
 	@set -e; for d in $(STUDIES); do if [ -d $$d ]; then $(BENCH) report $$d; fi; done
 	@if [ -d $(RESULTS)/bench/methods/quality/runs ]; then $(MAKE) --no-print-directory methods-cards; fi
 	@if [ -d $(RESULTS)/bench/tc/tc/runs ]; then $(BENCH) accuracy --real-link $(RESULTS)/bench/tc --out $(RESULTS)/simulator/tc; fi
-	@$(MAKE) --no-print-directory gpu-reports figures
+	@$(MAKE) --no-print-directory gpu-reports figures plan-table4
 	$(RESULTS_CLI) index --results $(RESULTS)
 
 reports-check: reports ## remake every report and fail if any differs from the committed one

@@ -113,11 +113,15 @@ def write(time_dir: str, quality_dir: str, out: str) -> str:
     table = rows(time_runs, quality_runs)
     ratio, qratio = _ratio(time_runs), _ratio(quality_runs)
     rel = lambda d: os.path.relpath(d, out)  # noqa: E731
+    quality = (f"quality: the small presets, {_iterations(quality_runs)} iterations, one seed per repetition, "
+               f"comm/backward {qratio:g}")
+    source = (f"[{quality_dir}]({rel(quality_dir)}/README.md) (iteration time, bytes and {quality})"
+              if Path(time_dir).resolve() == Path(quality_dir).resolve() else
+              f"[{time_dir}]({rel(time_dir)}/README.md) (iteration time and bytes: the compute presets, comm/backward "
+              f"{ratio:g}) and [{quality_dir}]({rel(quality_dir)}/README.md) ({quality})")
     lines = [f"# The methods the field moved to, at comm/backward {ratio:g}", "",
              f"Made by `dreamddp-bench card {time_dir} {quality_dir} --out {out}` from the run records of "
-             f"[{time_dir}]({rel(time_dir)}/README.md) (iteration time and bytes: the compute presets, comm/backward "
-             f"{ratio:g}) and [{quality_dir}]({rel(quality_dir)}/README.md) (quality: the small presets, "
-             f"{_iterations(quality_runs)} iterations, one seed per repetition, comm/backward {qratio:g}). Medians over "
+             f"{source}. Medians over "
              "repetitions, min-max in brackets; a ratio or a difference is taken inside one repetition (one job; "
              "in the quality runs, one seed) before its median, so a difference whose spread spans 0 is a tie. "
              "Wire bytes: what the link, the record and the simulator charge (a compressed payload at its encoded "

@@ -323,9 +323,7 @@ class Pipeline:
             role = self.role[op]
             if role == "copy":
                 kept = [x if x is None else x.clone() for x in entry]
-            elif role == "state":
-                kept = [entry[1]]
-            else:
+            else:  # a change or gradient (moments land in their own iteration: never in flight)
                 kept = [entry[1](), entry[3]]
             inflight.append((t + op.lag, t, index, kept))
         if inflight:
@@ -353,20 +351,12 @@ class Pipeline:
                 saved_size(f"late average of units {op.first}-{op.last}", kept[0].numel(),
                            self.engine.tensor(op).numel())
                 self._sent[(op, t)] = tuple(kept)
-            elif role == "state":
-                state_ = self.engine.optimizer.state if getattr(self.engine, "optimizer", None) else None
-                self._sent[(op, t)] = (_moment_tensors(state_, self, t), kept[0])
             else:
                 mean, sent = kept
                 first = self.first[t % self.H]
                 steps = [u for u in op.units if u in first] if role == "delta" else []
                 self._sent[(op, t)] = (self.spans(op), lambda m=mean: m, steps, sent)
             self.engine.adopt(due, op, Landed())
-
-
-def _moment_tensors(state, pipeline, t):
-    due = [m for m, k in zip(MOMENTS, pipeline.every) if k > 0 and (t + 1) % k == 0]
-    return [state[p][m] for m in due for p in pipeline._moment_params]
 
 
 def make_outer(cfg, params):
