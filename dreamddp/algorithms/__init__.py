@@ -23,11 +23,19 @@ def build_algorithm(cfg, setup: dict | None = None) -> Algorithm:
     return ALGORITHMS.lookup(cfg.name).build(cfg, setup)
 
 
+# Keys older records carry, as the sync stages name them now (engine/stages.py)
+LEGACY = {"quantize": "compress", "quant_block": "compress_block"}
+
+
 def algo_config(values: dict):
     """An algorithm's Config from a plain mapping (e.g. a run record's ``config.algo``);
-    keys its Config does not declare (older records) are ignored."""
+    older records' keys are renamed (``LEGACY``, ``outer_delay=1``: ``timing=late``), others
+    its Config does not declare are ignored."""
     cls = ALGORITHMS.lookup(values["name"]).Config
     fields = cls.__dataclass_fields__
+    values = {LEGACY.get(k, k): v for k, v in values.items()}
+    if values.pop("outer_delay", 0):
+        values["timing"] = "late"
     return cls(**{k: v for k, v in values.items() if k in fields})
 
 

@@ -68,6 +68,10 @@ def segments(bucket_mb: float) -> list[dict]:
         # layer-wise DiLoCo and SparseLoCo on DreamDDP's schedule), and Streaming DiLoCo's 4-bit path
         seg("dreamddp+topk", ["algo=dreamddp", "algo.compress=topk", "algo.compress_ratio=0.01"], opt_in=True),
         seg("dreamddp+q4", ["algo=dreamddp", "algo.compress=quant", "algo.compress_bits=4"], opt_in=True),
+        # (the earlier wave's names for these compositions, which its committed records carry)
+        seg("dreamddp+nesterov", ["algo=dreamddp", "algo.outer_optimizer=nesterov"], opt_in=True),
+        seg("flsgd+nesterov", ["algo=flsgd", "algo.outer_optimizer=nesterov"], opt_in=True),
+        seg("flsgd+nesterov+late", ["algo=flsgd", "algo.outer_optimizer=nesterov", "algo.timing=late"], opt_in=True),
         seg("diloco", ["algo=diloco"], varies="flsgd", opt_in=True),
         seg("diloco_eager", ["algo=diloco_eager"], varies="diloco", opt_in=True),
         seg("sparseloco", ["algo=sparseloco"], varies="flsgd", opt_in=True),
