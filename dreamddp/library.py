@@ -37,6 +37,7 @@ import dataclasses
 from types import SimpleNamespace
 from typing import Any, Callable
 
+import dreamddp._compat  # noqa: F401  (an entry point: torchvision's, hence transformers', import on CPU torch)
 import torch
 from omegaconf import DictConfig, OmegaConf
 
