@@ -64,6 +64,8 @@ def main():
     if rank == 0:
         print(f"algo={args.algo}: final loss {loss.item():.4f} after {args.iterations} iterations")
         print(f"replicas agree: {spread.max().item() == 0.0} (largest difference {spread.max().item():.2e})")
+    del sync  # its communicator's collectives go before the group does
+    dist.barrier()
     dist.destroy_process_group()
 
 
