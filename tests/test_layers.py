@@ -30,7 +30,7 @@ LAYERS = [
     {"run.record", "run.wandb_log", "run.summary", "run.recorder", "run.checkpoint", "optim"},
     {"run.train"},
     {"config"},
-    {"run.launch", "cli", "schedule_cli", "sweep_filter", "planner"},
+    {"run.launch", "cli", "library", "schedule_cli", "sweep_filter", "planner"},
     {"results"},
     {"bench"},
 ]
