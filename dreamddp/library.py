@@ -50,7 +50,7 @@ from dreamddp.config.schema import BandwidthConfig, WarmupConfig
 from dreamddp.engine.units import enumerate_units, leaf_module_names, reorder_units
 from dreamddp.warmup import Warmup, check as check_warmup
 
-__all__ = ["Sync", "algo_config", "bandwidth_config", "wrap"]
+__all__ = ["Sync", "algo_config", "bandwidth_config", "replica_difference", "wrap"]
 
 
 # ---- options: the Hydra config's dataclasses, or the names of its yaml -------------------------
@@ -354,3 +354,16 @@ def wrap(model: torch.nn.Module, optimizer: torch.optim.Optimizer, algo: Any = "
     """
     return Sync(model, optimizer, algo, link=link, group=group, grad_clip=grad_clip, loss_fn=loss_fn,
                 warmup=warmup, comm=comm)
+
+
+def replica_difference(model: torch.nn.Module, group=None) -> float:
+    """The largest difference of any parameter between two replicas (0.0: they agree bitwise);
+    a collective: every rank calls it."""
+    import torch.distributed as dist
+
+    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    spread = params.clone()
+    dist.all_reduce(spread, op=dist.ReduceOp.MAX, group=group)
+    spread -= params
+    dist.all_reduce(spread, op=dist.ReduceOp.MAX, group=group)  # max over ranks of (max over ranks - mine)
+    return spread.max().item()

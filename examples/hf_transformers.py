@@ -9,7 +9,7 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from dreamddp import WarmupConfig, algo_config, wrap  # noqa: E402  (before transformers: dreamddp/_compat.py)
+from dreamddp import WarmupConfig, algo_config, replica_difference, wrap  # noqa: E402  (before transformers: dreamddp/_compat.py)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -55,14 +55,10 @@ def main():
         sync.step()
     sync.close()
 
-    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    spread = params.clone()
-    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
-    spread -= params
-    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
+    spread = replica_difference(model)
     if rank == 0:
         print(f"algo={args.algo}: final loss {loss.item():.4f} after {args.iterations} iterations")
-        print(f"replicas agree: {spread.max().item() == 0.0} (largest difference {spread.max().item():.2e})")
+        print(f"replicas agree: {spread == 0.0} (largest difference {spread:.2e})")
     del sync  # its communicator's collectives go before the group does
     dist.barrier()
     dist.destroy_process_group()

@@ -56,14 +56,10 @@ def main():
         sync.step()                    # 2. in place of optimizer.step()
     sync.close()                       # 3. what is still in flight lands
 
-    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    spread = params.clone()
-    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
-    spread -= params
-    dist.all_reduce(spread, op=dist.ReduceOp.MAX)  # max over ranks of (max over ranks - mine)
+    spread = dreamddp.replica_difference(model)
     if rank == 0:
         print(f"algo={args.algo}: final loss {loss.item():.4f} after {args.iterations} iterations")
-        print(f"replicas agree: {spread.max().item() == 0.0} (largest difference {spread.max().item():.2e})")
+        print(f"replicas agree: {spread == 0.0} (largest difference {spread:.2e})")
     del sync  # its communicator's collectives go before the group does
     dist.barrier()
     dist.destroy_process_group()
