@@ -28,9 +28,9 @@ from engine_fixtures import build, engine_step, make_opt, small_model
 
 class _Counting:
     """Counts the real collectives started: wraps torch.distributed.all_reduce and the
-    communicator's reduce-scatter."""
+    communicator's reduce-scatter (on gloo an all-to-all, comm/communicator.py)."""
 
-    TARGETS = ((dist, "all_reduce"), (communicator, "_reduce_scatter"))
+    TARGETS = ((dist, "all_reduce"), (dist, "all_to_all_single"), (communicator, "_reduce_scatter"))
 
     def __init__(self):
         self.calls: list[str] = []
@@ -93,7 +93,7 @@ def test_deferred_carrier_is_bitwise_eager_with_merged_collectives():
         assert d["calls_before_wait"] == [] and not any(d["done_before"])
         # [0:351] in place, the reduce-scatter, then [351:600], [700:1000] and ``other`` packed,
         # and ``big`` in place.
-        assert d["calls"] == ["all_reduce", "_reduce_scatter", "all_reduce", "all_reduce"]
+        assert d["calls"] == ["all_reduce", "all_to_all_single", "all_reduce", "all_reduce"]
     mean = torch.stack([e["flat"] for e in eager]).mean(0)
     torch.testing.assert_close(eager[0]["flat"], mean)  # the average itself, as a sanity check
 

@@ -14,9 +14,18 @@ caller's thread; every rank holds bitwise-identical sums, so the means are
 bitwise identical too.  Until ``wait()`` returns the buffer holds sums (or
 anything), so it must not be read or written between launch and wait.
 
-gloo in torch 2.13 implements reduce-scatter and all-gather into flat tensors
-natively (checked in tests/test_comm_gloo.py), so no all-reduce fallback is
-needed; the link charges each with its own ring formula.
+Reduce-scatter and all-gather on gloo go through ``all_to_all_single``.  gloo's own
+(``reduce_scatter_tensor``, ``all_gather_into_tensor``; torch 2.13 has both) move far
+more than a ring's bytes: under tc shaping its reduce-scatter took as long as an
+all-reduce of the same tensor (2.1x the ring formula) and its all-gather 1.7x, at
+7.75 MB on 2 workers (docs/findings.md).  An all-to-all of the flat tensor's
+world-size chunks moves exactly (n-1)/n of it per rank, the ring's bytes, which is
+what the link model charges: the reduce-scatter then sums the received chunks
+locally in rank order (chunk of rank 0 first) and divides by the world size, in
+the handle's post step; the all-gather sends this rank's shard to every rank.  The
+sum order differs from gloo's ring all-reduce's for more than 2 ranks (2 operands
+sum alike in any order): tests/test_dear.py.  NCCL and any other backend keep their
+native collectives.
 
 Holding the core (``bandwidth.hold_core``, where no CPU quota, dreamddp/cpu_share.py,
 keeps each worker to its share).  With more workers than cores, a worker
@@ -72,6 +81,10 @@ def _scratch(like: torch.Tensor, numel: int) -> torch.Tensor:
     if like.device.type == "cpu":
         return torch.from_numpy(np.zeros(numel * like.element_size(), dtype=np.uint8)).view(like.dtype)
     return like.new_zeros(numel)
+
+
+def _empty(like: torch.Tensor, numel: int) -> torch.Tensor:
+    return torch.empty(numel, dtype=like.dtype, device=like.device)
 
 
 def check_flat(name: str, t: torch.Tensor) -> None:
@@ -208,22 +221,67 @@ class Communicator:
         one GPU run over gloo: NCCL refuses two ranks on one device)."""
         return t.is_cuda and "nccl" not in self.backend
 
-    def _host_staged(self, collective, out: torch.Tensor, inp: torch.Tensor, then) -> tuple[Callable, Callable]:
-        """(start, post) of ``collective(out, inp)`` run on host copies: the input is copied
-        to the host when the collective starts, the result back to ``out`` when it completes."""
-        host: dict[str, torch.Tensor] = {}
+    def _host_staged(self, ops, out: torch.Tensor, inp: torch.Tensor) -> tuple[Callable, Callable]:
+        """(start, post) of the collective ``ops(out, inp)`` (its own (start, post)) run on
+        host copies: the input is copied to the host when the collective starts, the result
+        back to ``out`` when it completes (after the collective's own post step)."""
+        host: dict = {}
 
         def start():
             host["in"], host["out"] = inp.cpu(), torch.empty(out.shape, dtype=out.dtype)
-            return collective(host["out"], host["in"], group=self.group, async_op=True)
+            begin, host["post"] = ops(host["out"], host["in"])
+            return begin()
 
         def post():
+            if host["post"] is not None:
+                host["post"]()
             out.copy_(host.pop("out"))
             host.clear()
-            if then is not None:
-                then()
 
         return start, post
+
+    def _by_all_to_all(self, t: torch.Tensor) -> bool:
+        """gloo serves this (host) tensor: its reduce-scatter and all-gather go as all-to-alls."""
+        return not t.is_cuda and "gloo" in self.backend
+
+    def _reduce_scatter_ops(self, out: torch.Tensor, flat: torch.Tensor, alloc=None) -> tuple[Callable, Callable | None]:
+        """(start, post) of the AVG reduce-scatter of ``flat`` into ``out``, no host staging;
+        ``alloc(like, numel)`` makes the all-to-all's receive buffer (default: torch.empty)."""
+        world = self.world_size
+        if not self._by_all_to_all(flat):
+            native = self._native_avg(flat)
+            op = dist.ReduceOp.AVG if native else dist.ReduceOp.SUM
+            return (lambda: _reduce_scatter(out, flat, op=op, group=self.group, async_op=True),
+                    self._div_post(out, native))
+        received: dict[str, torch.Tensor] = {}
+
+        def start():  # chunk r of ``received``: rank r's chunk number self.rank
+            received["in"] = (alloc or _empty)(flat, flat.numel())
+            return dist.all_to_all_single(received["in"], flat.view(-1), group=self.group, async_op=True)
+
+        def post():  # the sum in rank order, as comm/fake.py's; then the mean
+            chunks = received.pop("in").view(world, out.numel())
+            o = out.view(-1)
+            o.copy_(chunks[0])
+            for r in range(1, world):
+                o.add_(chunks[r])
+            o.div_(world)
+
+        return start, post
+
+    def _all_gather_ops(self, out: torch.Tensor, shard: torch.Tensor, alloc=None) -> tuple[Callable, None]:
+        """(start, post) of the all-gather of ``shard`` into ``out``, no host staging; ``alloc``
+        makes the all-to-all's input, as for ``_reduce_scatter_ops``."""
+        if not self._by_all_to_all(shard):
+            return lambda: _all_gather(out, shard, group=self.group, async_op=True), None
+        world = self.world_size
+
+        def start():  # this rank's shard to every rank: all_to_all needs its world copies
+            copies = (alloc or _empty)(shard, shard.numel() * world)
+            copies.view(world, -1).copy_(shard.reshape(1, -1))
+            return dist.all_to_all_single(out.view(-1), copies, group=self.group, async_op=True)
+
+        return start, None
 
     def _div_post(self, t: torch.Tensor, native: bool) -> Callable[[], None] | None:
         if native:
@@ -249,18 +307,9 @@ class Communicator:
         check_flat("out", out)
         check_sizes("flat", flat, "out", out, self.world_size)
         record = self._launch("reduce_scatter", tag, flat.numel() * flat.element_size(), flat)
-        native = self._native_avg(flat)
-        op = dist.ReduceOp.AVG if native else dist.ReduceOp.SUM
         if self._via_host(flat):
-            start, post = self._host_staged(functools.partial(_reduce_scatter, op=op), out, flat,
-                                            self._div_post(out, native))
-            return self._issue(record, start, post, out)
-        return self._issue(
-            record,
-            lambda: _reduce_scatter(out, flat, op=op, group=self.group, async_op=True),
-            self._div_post(out, native),
-            out,
-        )
+            return self._issue(record, *self._host_staged(self._reduce_scatter_ops, out, flat), out)
+        return self._issue(record, *self._reduce_scatter_ops(out, flat), out)
 
     def all_gather(self, out: torch.Tensor, shard: torch.Tensor, tag: str = "") -> Handle:
         check_flat("out", out)
@@ -268,10 +317,8 @@ class Communicator:
         check_sizes("out", out, "shard", shard, self.world_size)
         record = self._launch("all_gather", tag, out.numel() * out.element_size(), shard)
         if self._via_host(shard):
-            return self._issue(record, *self._host_staged(_all_gather, out, shard, None), out)
-        return self._issue(
-            record, lambda: _all_gather(out, shard, group=self.group, async_op=True), None, out
-        )
+            return self._issue(record, *self._host_staged(self._all_gather_ops, out, shard), out)
+        return self._issue(record, *self._all_gather_ops(out, shard), out)
 
     # -- blocking control traffic: unpaced, unaccounted ---------------------
     def probe_latency(self, like: torch.Tensor, repeats: int = 30, warmup: int = 5, numel: int = 1,
@@ -288,12 +335,11 @@ class Communicator:
                 like = torch.empty(0, dtype=like.dtype)
         x = _scratch(like, numel)
         shard = None if kind == "all_reduce" else _scratch(like, numel // world)
-        launch, post = {
-            "all_reduce": (lambda: dist.all_reduce(x, group=self.group, async_op=True), self._div_post(x, False)),
-            "reduce_scatter": (lambda: _reduce_scatter(shard, x, group=self.group, async_op=True),
-                               self._div_post(shard, False)),
-            "all_gather": (lambda: _all_gather(x, shard, group=self.group, async_op=True), None),
-        }[kind]
+        if kind == "all_reduce":
+            launch, post = lambda: dist.all_reduce(x, group=self.group, async_op=True), self._div_post(x, False)
+        else:  # the algorithms' own path (all-to-all on gloo), on a host tensor where theirs is staged
+            launch, post = (self._reduce_scatter_ops(shard, x, _scratch) if kind == "reduce_scatter"
+                            else self._all_gather_ops(x, shard, _scratch))
         unpaced = IdealLink()
         dist.barrier(group=self.group)
         times = []
