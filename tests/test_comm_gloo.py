@@ -231,6 +231,14 @@ def _rank_order_mean(xs: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _as_before(rank: int, world: int) -> None:
+    from dreamddp.comm import communicator
+
+    for piece in (communicator.EXCHANGE_PIECE_BYTES, 36):  # 36: many pieces, the last one short
+        communicator.EXCHANGE_PIECE_BYTES = piece
+        _as_before_pieces(rank, world)
+
+
+def _as_before_pieces(rank: int, world: int) -> None:
     comm = Communicator()
     n = 1000 * world + 4 * world
     xs = _inputs(world, n, 300)

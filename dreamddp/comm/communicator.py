@@ -14,18 +14,20 @@ caller's thread; every rank holds bitwise-identical sums, so the means are
 bitwise identical too.  Until ``wait()`` returns the buffer holds sums (or
 anything), so it must not be read or written between launch and wait.
 
-Reduce-scatter and all-gather on gloo go through ``all_to_all_single``.  gloo's own
-(``reduce_scatter_tensor``, ``all_gather_into_tensor``; torch 2.13 has both) move far
-more than a ring's bytes: under tc shaping its reduce-scatter took as long as an
-all-reduce of the same tensor (2.1x the ring formula) and its all-gather 1.7x, at
-7.75 MB on 2 workers (docs/findings.md).  An all-to-all of the flat tensor's
-world-size chunks moves exactly (n-1)/n of it per rank, the ring's bytes, which is
-what the link model charges: the reduce-scatter then sums the received chunks
-locally in rank order (chunk of rank 0 first) and divides by the world size, in
-the handle's post step; the all-gather sends this rank's shard to every rank.  The
-sum order differs from gloo's ring all-reduce's for more than 2 ranks (2 operands
-sum alike in any order): tests/test_dear.py.  NCCL and any other backend keep their
-native collectives.
+Reduce-scatter on gloo (and all-gather on 2 gloo ranks) go through ``all_to_all_single``.
+gloo's own (``reduce_scatter_tensor``, ``all_gather_into_tensor``; torch 2.13 has both)
+are slower than the ring's bytes allow: under tc shaping (56.8 Mbit/s, 7.75 MB) its
+reduce-scatter, an all-reduce underneath (bitwise its chunk), took 2.2x the ring formula
+on 2 and 4 workers, its all-gather 1.6x on 2 (docs/findings.md, docs/bandwidth.md).  An
+exchange moves exactly (n-1)/n of the tensor per rank, the ring's bytes, which is what
+the link model charges: world - 1 rounds (to rank + t, from rank - t), each in pieces of
+at most EXCHANGE_PIECE_BYTES, all launched at once (one big message each way on a
+connection runs at half the rate under tc).  The reduce-scatter then sums the received
+chunks and its own locally in rank order (rank 0's first) and divides by the world
+size, in the handle's post step; the all-gather sends its shard to every rank.  That
+sum order differs from gloo's ring all-reduce's for more than 2 ranks (2 operands sum
+alike in any order): tests/test_dear.py.  NCCL and any other backend keep their native
+collectives.
 
 Holding the core (``bandwidth.hold_core``, where no CPU quota, dreamddp/cpu_share.py,
 keeps each worker to its share).  With more workers than cores, a worker
@@ -81,6 +83,36 @@ def _scratch(like: torch.Tensor, numel: int) -> torch.Tensor:
     if like.device.type == "cpu":
         return torch.from_numpy(np.zeros(numel * like.element_size(), dtype=np.uint8)).view(like.dtype)
     return like.new_zeros(numel)
+
+
+EXCHANGE_PIECE_BYTES = 256 * 1024  # the most one message of an all-to-all exchange carries (Communicator._exchange)
+
+
+class AllOf:
+    """Several works waited as one (the pieces of one exchange)."""
+
+    def __init__(self, works: list):
+        self._works = works
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self._works)
+
+    def wait(self) -> bool:
+        for w in self._works:
+            w.wait()
+        return True
+
+
+class _Repeated:
+    """A flat tensor seen as ``world`` copies of itself, for slicing only: slice
+    [r * n + a, r * n + b) is ``t[a:b]`` (an all-gather sends its shard to every rank)."""
+
+    def __init__(self, t: torch.Tensor, world: int):
+        self._t, self._n = t, t.numel()
+
+    def __getitem__(self, s: slice) -> torch.Tensor:
+        a = s.start % self._n
+        return self._t[a: a + (s.stop - s.start)]
 
 
 def _empty(like: torch.Tensor, numel: int) -> torch.Tensor:
@@ -244,6 +276,28 @@ class Communicator:
         """gloo serves this (host) tensor: its reduce-scatter and all-gather go as all-to-alls."""
         return not t.is_cuda and "gloo" in self.backend
 
+    def _exchange(self, inp: torch.Tensor, out: torch.Tensor, chunk: int) -> "AllOf":
+        """Every rank's chunk ``r`` of the flat ``inp`` (``chunk`` elements each) to rank r's
+        ``out``, at row (sender's rank): the all-to-all, started asynchronously, without this
+        rank's own chunk (the callers read it in place).  As world - 1 rounds (round t: to rank
+        + t, from rank - t), each in pieces of at most EXCHANGE_PIECE_BYTES, all launched at once:
+        one big all-to-all runs at half the link's rate under tc (a 3.9 MB exchange on 2
+        workers at 56.8 Mbit/s took 1.11 s where one way took 0.57 s; the same bytes in 8 or more
+        pieces 0.58 s), as gloo's ring all-reduce, which sends in pieces, does not."""
+        world, rank = self.world_size, self.rank
+        step = max(1, EXCHANGE_PIECE_BYTES // out.element_size())
+        works = []
+        for t in range(1, world):
+            dst, src = (rank + t) % world, (rank - t) % world
+            for a in range(0, chunk, step):
+                n = min(step, chunk - a)
+                works.append(dist.all_to_all_single(
+                    out[src * chunk + a: src * chunk + a + n], inp[dst * chunk + a: dst * chunk + a + n],
+                    output_split_sizes=[n if r == src else 0 for r in range(world)],
+                    input_split_sizes=[n if r == dst else 0 for r in range(world)],
+                    group=self.group, async_op=True))
+        return AllOf(works)
+
     def _reduce_scatter_ops(self, out: torch.Tensor, flat: torch.Tensor, alloc=None) -> tuple[Callable, Callable | None]:
         """(start, post) of the AVG reduce-scatter of ``flat`` into ``out``, no host staging;
         ``alloc(like, numel)`` makes the all-to-all's receive buffer (default: torch.empty)."""
@@ -254,32 +308,38 @@ class Communicator:
             return (lambda: _reduce_scatter(out, flat, op=op, group=self.group, async_op=True),
                     self._div_post(out, native))
         received: dict[str, torch.Tensor] = {}
+        n = out.numel()
 
-        def start():  # chunk r of ``received``: rank r's chunk number self.rank
+        def start():  # row r of ``received``: rank r's chunk number self.rank (row self.rank unused)
             received["in"] = (alloc or _empty)(flat, flat.numel())
-            return dist.all_to_all_single(received["in"], flat.view(-1), group=self.group, async_op=True)
+            return self._exchange(flat.view(-1), received["in"], n)
 
         def post():  # the sum in rank order, as comm/fake.py's; then the mean
-            chunks = received.pop("in").view(world, out.numel())
+            rows = received.pop("in").view(world, n)
+            mine = flat.view(world, n)[self.rank]
             o = out.view(-1)
-            o.copy_(chunks[0])
+            o.copy_(mine if self.rank == 0 else rows[0])
             for r in range(1, world):
-                o.add_(chunks[r])
+                o.add_(mine if r == self.rank else rows[r])
             o.div_(world)
 
         return start, post
 
     def _all_gather_ops(self, out: torch.Tensor, shard: torch.Tensor, alloc=None) -> tuple[Callable, None]:
-        """(start, post) of the all-gather of ``shard`` into ``out``, no host staging; ``alloc``
-        makes the all-to-all's input, as for ``_reduce_scatter_ops``."""
-        if not self._by_all_to_all(shard):
+        """(start, post) of the all-gather of ``shard`` into ``out``, no host staging (``alloc``:
+        unused, as ``_reduce_scatter_ops``'s signature).  On gloo an exchange on 2 ranks only:
+        gloo's ring all-gather sends each neighbour its shard in one message, which on 2 ranks
+        goes both ways on one connection, at half the rate under tc (7.75 MB at 56.8 Mbit/s: 1.60x
+        the ring formula, the exchange 1.09x); on 4 its messages go one way round the ring
+        (1.10x, the exchange 1.26x)."""
+        if not self._by_all_to_all(shard) or self.world_size > 2:
             return lambda: _all_gather(out, shard, group=self.group, async_op=True), None
-        world = self.world_size
+        world, n = self.world_size, shard.numel()
 
-        def start():  # this rank's shard to every rank: all_to_all needs its world copies
-            copies = (alloc or _empty)(shard, shard.numel() * world)
-            copies.view(world, -1).copy_(shard.reshape(1, -1))
-            return dist.all_to_all_single(out.view(-1), copies, group=self.group, async_op=True)
+        def start():  # this rank's shard to every rank: an exchange whose every chunk is the shard
+            o = out.view(-1)
+            o[self.rank * n: (self.rank + 1) * n].copy_(shard.view(-1))
+            return self._exchange(_Repeated(shard.view(-1), world), o, n)
 
         return start, None
 
