@@ -291,7 +291,8 @@ def test_all_to_all_collectives_give_what_gloos_own_gave(world):
 def _new_vs_old(rank: int, world: int, nbytes: int, reps: int) -> dict:
     """Median seconds (slowest rank) of this communicator's reduce-scatter and all-gather
     (all-to-alls) and of gloo's own, interleaved rep by rep in the same processes."""
-    comm = Communicator()
+    comm = Communicator()  # unpaced: pieces of EXCHANGE_PIECE_BYTES
+    paced = Communicator(link=EmulatedLink(gbps=1e4, alpha_s=0.0))  # one piece per round, ~no pacing
     n = nbytes // 4 // world * world
     flat, shard, full = torch.randn(n), torch.empty(n // world), torch.empty(n)
 
@@ -300,6 +301,7 @@ def _new_vs_old(rank: int, world: int, nbytes: int, reps: int) -> dict:
         shard.div_(world)
 
     runs = {"rs_new": lambda: comm.reduce_scatter_avg(flat, shard).wait(), "rs_old": old_rs,
+            "rs_paced": lambda: paced.reduce_scatter_avg(flat, shard).wait(),
             "ag_new": lambda: comm.all_gather(full, shard).wait(),
             "ag_old": lambda: dist.all_gather_into_tensor(full, shard, async_op=True).wait()}
     times = {k: [] for k in runs}
@@ -318,12 +320,14 @@ def _new_vs_old(rank: int, world: int, nbytes: int, reps: int) -> dict:
 @pytest.mark.parametrize("world", [2, 4])
 def test_all_to_all_collectives_timed_beside_gloos_own(world):
     """Reports new/old time ratios on loopback (no timing asserted: a loaded host decides them;
-    the link model charges both the ring's bytes, and only a shaped link shows the bytes)."""
+    the link model charges both the ring's bytes, and only a shaped link shows the bytes:
+    dreamddp-bench link --backend tc [--native] does)."""
     from dist_util import run_workers
 
-    nbytes, reps = 4_000_000, 5
+    nbytes, reps = 4_000_000, 9
     med = run_workers(_new_vs_old, world, nbytes, reps)[0]
     print(f"\n{world} workers, {nbytes / 1e6:.1f} MB, median of {reps}: reduce-scatter new {med['rs_new'] * 1e3:.1f} ms"
-          f" / old {med['rs_old'] * 1e3:.1f} ms = {med['rs_new'] / med['rs_old']:.2f}; all-gather new"
+          f" / old {med['rs_old'] * 1e3:.1f} ms = {med['rs_new'] / med['rs_old']:.2f}, paced link's (one piece per"
+          f" round) {med['rs_paced'] * 1e3:.1f} ms = {med['rs_paced'] / med['rs_old']:.2f}; all-gather new"
           f" {med['ag_new'] * 1e3:.1f} ms / old {med['ag_old'] * 1e3:.1f} ms = {med['ag_new'] / med['ag_old']:.2f}")
     assert all(t > 0 for t in med.values())

@@ -21,8 +21,8 @@ reduce-scatter, an all-reduce underneath (bitwise its chunk), took 2.2x the ring
 on 2 and 4 workers, its all-gather 1.6x on 2 (docs/findings.md, docs/bandwidth.md).  An
 exchange moves exactly (n-1)/n of the tensor per rank, the ring's bytes, which is what
 the link model charges: world - 1 rounds (to rank + t, from rank - t), each in pieces of
-at most EXCHANGE_PIECE_BYTES, all launched at once (one big message each way on a
-connection runs at half the rate under tc).  The reduce-scatter then sums the received
+at most EXCHANGE_PIECE_BYTES on an unpaced link (one big message each way on a
+connection runs at half the rate under tc), all launched at once.  The reduce-scatter then sums the received
 chunks and its own locally in rank order (rank 0's first) and divides by the world
 size, in the handle's post step; the all-gather sends its shard to every rank.  That
 sum order differs from gloo's ring all-reduce's for more than 2 ranks (2 operands sum
@@ -85,7 +85,7 @@ def _scratch(like: torch.Tensor, numel: int) -> torch.Tensor:
     return like.new_zeros(numel)
 
 
-EXCHANGE_PIECE_BYTES = 256 * 1024  # the most one message of an all-to-all exchange carries (Communicator._exchange)
+EXCHANGE_PIECE_BYTES = 64 * 1024  # the most one message of an all-to-all exchange carries (Communicator._exchange)
 
 
 class AllOf:
@@ -281,11 +281,17 @@ class Communicator:
         ``out``, at row (sender's rank): the all-to-all, started asynchronously, without this
         rank's own chunk (the callers read it in place).  As world - 1 rounds (round t: to rank
         + t, from rank - t), each in pieces of at most EXCHANGE_PIECE_BYTES, all launched at once:
-        one big all-to-all runs at half the link's rate under tc (a 3.9 MB exchange on 2
-        workers at 56.8 Mbit/s took 1.11 s where one way took 0.57 s; the same bytes in 8 or more
-        pieces 0.58 s), as gloo's ring all-reduce, which sends in pieces, does not."""
+        one big all-to-all runs at half the link's rate under tc, as gloo's ring all-reduce,
+        which sends in pieces, does not.  A reduce-scatter of 7.75 MB on 2 workers at 56.8
+        Mbit/s (ring formula 0.546 s; one way alone 0.57 s): one all-to-all 1.11 s, pieces of
+        4 MiB 1.12 s, 1 MiB 0.65 s, 256 KiB 0.60 s, 64 KiB 0.57 s; on 4 workers (formula 0.82 s)
+        1.14, 1.10, 1.03, 0.98 s.  Smaller pieces cost more launches: on a paced (emulated)
+        link, whose real bytes only need carrying (loopback, on one host), each round goes in
+        one piece (4 MB on 4 workers sharing 2 cores, loopback, median of 9, two runs: one piece
+        per round 8-10 ms, 64 KiB pieces 63-70 ms, gloo's own reduce-scatter 13-14 ms;
+        tests/test_comm_gloo.py prints them)."""
         world, rank = self.world_size, self.rank
-        step = max(1, EXCHANGE_PIECE_BYTES // out.element_size())
+        step = max(1, chunk if self.link.paced else EXCHANGE_PIECE_BYTES // out.element_size())
         works = []
         for t in range(1, world):
             dst, src = (rank + t) % world, (rank - t) % world
@@ -330,8 +336,8 @@ class Communicator:
         unused, as ``_reduce_scatter_ops``'s signature).  On gloo an exchange on 2 ranks only:
         gloo's ring all-gather sends each neighbour its shard in one message, which on 2 ranks
         goes both ways on one connection, at half the rate under tc (7.75 MB at 56.8 Mbit/s: 1.60x
-        the ring formula, the exchange 1.09x); on 4 its messages go one way round the ring
-        (1.10x, the exchange 1.26x)."""
+        the ring formula, the exchange 1.05x); on 4 its messages go one way round the ring
+        (1.10x, the exchange 1.16x)."""
         if not self._by_all_to_all(shard) or self.world_size > 2:
             return lambda: _all_gather(out, shard, group=self.group, async_op=True), None
         world, n = self.world_size, shard.numel()
