@@ -85,7 +85,7 @@ def _scratch(like: torch.Tensor, numel: int) -> torch.Tensor:
     return like.new_zeros(numel)
 
 
-EXCHANGE_PIECE_BYTES = 64 * 1024  # the most one message of an all-to-all exchange carries (Communicator._exchange)
+EXCHANGE_PIECE_BYTES = 128 * 1024  # the most one message of an all-to-all exchange carries (Communicator._exchange)
 
 
 class AllOf:
@@ -282,14 +282,15 @@ class Communicator:
         rank's own chunk (the callers read it in place).  As world - 1 rounds (round t: to rank
         + t, from rank - t), each in pieces of at most EXCHANGE_PIECE_BYTES, all launched at once:
         one big all-to-all runs at half the link's rate under tc, as gloo's ring all-reduce,
-        which sends in pieces, does not.  A reduce-scatter of 7.75 MB on 2 workers at 56.8
-        Mbit/s (ring formula 0.546 s; one way alone 0.57 s): one all-to-all 1.11 s, pieces of
-        4 MiB 1.12 s, 1 MiB 0.65 s, 256 KiB 0.60 s, 64 KiB 0.57 s; on 4 workers (formula 0.82 s)
-        1.14, 1.10, 1.03, 0.98 s.  Smaller pieces cost more launches: on a paced (emulated)
-        link, whose real bytes only need carrying (loopback, on one host), each round goes in
-        one piece (4 MB on 4 workers sharing 2 cores, loopback, median of 9, two runs: one piece
-        per round 8-10 ms, 64 KiB pieces 63-70 ms, gloo's own reduce-scatter 13-14 ms;
-        tests/test_comm_gloo.py prints them)."""
+        which sends in pieces, does not.  A reduce-scatter of 7.75 MB at 56.8 Mbit/s (ring
+        formula 0.546 s on 2 workers, 0.819 s on 4; one way alone 0.57 s), mean of 3 to 5: one
+        all-to-all 1.11 s on 2; pieces of 4 MiB 1.12 s, 1 MiB 0.65, 256 KiB 0.59, 128 KiB 0.58,
+        64 KiB 0.57; on 4 workers 256 KiB 0.97-1.07 s, 128 KiB 0.91-0.94, 64 KiB 0.88-0.98.
+        At 0.5 Gbit/s small pieces lose (16 MB on 3 workers, formula 0.171 s: 64 KiB 0.27-0.32 s,
+        128 KiB 0.19, 256 KiB 0.19-0.20, gloo's own 0.37), hence 128 KiB.  More pieces cost more
+        launches: on a paced (emulated) link, whose real bytes only need carrying (loopback, on
+        one host), each round goes in one piece (tests/test_comm_gloo.py prints both beside
+        gloo's own)."""
         world, rank = self.world_size, self.rank
         step = max(1, chunk if self.link.paced else EXCHANGE_PIECE_BYTES // out.element_size())
         works = []
@@ -337,7 +338,7 @@ class Communicator:
         gloo's ring all-gather sends each neighbour its shard in one message, which on 2 ranks
         goes both ways on one connection, at half the rate under tc (7.75 MB at 56.8 Mbit/s: 1.60x
         the ring formula, the exchange 1.05x); on 4 its messages go one way round the ring
-        (1.10x, the exchange 1.16x)."""
+        (1.10-1.22x, the exchange in 64 KiB pieces 1.16x)."""
         if not self._by_all_to_all(shard) or self.world_size > 2:
             return lambda: _all_gather(out, shard, group=self.group, async_op=True), None
         world, n = self.world_size, shard.numel()
