@@ -104,10 +104,10 @@ class AllOf:
 
 
 class _Repeated:
-    """A flat tensor seen as ``world`` copies of itself, for slicing only: slice
+    """A flat tensor seen as copies of itself end to end, for slicing only: slice
     [r * n + a, r * n + b) is ``t[a:b]`` (an all-gather sends its shard to every rank)."""
 
-    def __init__(self, t: torch.Tensor, world: int):
+    def __init__(self, t: torch.Tensor):
         self._t, self._n = t, t.numel()
 
     def __getitem__(self, s: slice) -> torch.Tensor:
@@ -273,7 +273,8 @@ class Communicator:
         return start, post
 
     def _by_all_to_all(self, t: torch.Tensor) -> bool:
-        """gloo serves this (host) tensor: its reduce-scatter and all-gather go as all-to-alls."""
+        """gloo serves this (host) tensor: its reduce-scatter (and on 2 ranks its all-gather)
+        goes as an exchange of all-to-alls (``_exchange``)."""
         return not t.is_cuda and "gloo" in self.backend
 
     def _exchange(self, inp: torch.Tensor, out: torch.Tensor, chunk: int) -> "AllOf":
@@ -305,7 +306,8 @@ class Communicator:
                     group=self.group, async_op=True))
         return AllOf(works)
 
-    def _reduce_scatter_ops(self, out: torch.Tensor, flat: torch.Tensor, alloc=None) -> tuple[Callable, Callable | None]:
+    def _reduce_scatter_ops(self, out: torch.Tensor, flat: torch.Tensor,
+                            alloc=None) -> tuple[Callable, Callable | None]:
         """(start, post) of the AVG reduce-scatter of ``flat`` into ``out``, no host staging;
         ``alloc(like, numel)`` makes the all-to-all's receive buffer (default: torch.empty)."""
         world = self.world_size
@@ -341,12 +343,12 @@ class Communicator:
         (1.10-1.22x, the exchange in 64 KiB pieces 1.16x)."""
         if not self._by_all_to_all(shard) or self.world_size > 2:
             return lambda: _all_gather(out, shard, group=self.group, async_op=True), None
-        world, n = self.world_size, shard.numel()
+        n = shard.numel()
 
         def start():  # this rank's shard to every rank: an exchange whose every chunk is the shard
             o = out.view(-1)
             o[self.rank * n: (self.rank + 1) * n].copy_(shard.view(-1))
-            return self._exchange(_Repeated(shard.view(-1), world), o, n)
+            return self._exchange(_Repeated(shard.view(-1)), o, n)
 
         return start, None
 
