@@ -218,3 +218,116 @@ def _timing(rank: int, world: int) -> None:
 
 def test_emulated_link_paces_real_collectives():
     _run(_timing, 2)
+
+# -- reduce-scatter and all-gather as all-to-alls (gloo) ------------------------------------
+
+
+def _rank_order_mean(xs: list[torch.Tensor]) -> torch.Tensor:
+    """comm/fake.py's order: rank 0's tensor, plus rank 1's, ..., then the division."""
+    total = xs[0].clone()
+    for x in xs[1:]:
+        total.add_(x)
+    return total.div_(len(xs))
+
+
+def _as_before(rank: int, world: int) -> None:
+    from dreamddp.comm import communicator
+
+    for piece in (communicator.EXCHANGE_PIECE_BYTES, 36):  # 36: many pieces, the last one short
+        communicator.EXCHANGE_PIECE_BYTES = piece
+        _as_before_pieces(rank, world)
+
+
+def _as_before_pieces(rank: int, world: int) -> None:
+    comm = Communicator()
+    n = 1000 * world + 4 * world
+    xs = _inputs(world, n, 300)
+
+    # reduce-scatter: bitwise the rank-order sum (the fake's); gloo's own reduce-scatter up to rounding.
+    shard = torch.empty(n // world)
+    comm.reduce_scatter_avg(xs[rank].clone(), shard, tag="rs").wait()
+    assert torch.equal(shard, _rank_order_mean(xs).chunk(world)[rank])
+    before = torch.empty(n // world)
+    dist.reduce_scatter_tensor(before, xs[rank].clone())
+    torch.testing.assert_close(shard, before.div_(world), rtol=1e-6, atol=1e-6)
+
+    # all-gather: bitwise gloo's own (it only moves bytes), also for the codecs' uint8 payloads.
+    full, before_full = torch.empty(n), torch.empty(n)
+    comm.all_gather(full, shard, tag="ag").wait()
+    dist.all_gather_into_tensor(before_full, shard)
+    assert torch.equal(full, before_full)
+    codes = torch.randint(0, 256, (37,), dtype=torch.uint8, generator=torch.Generator().manual_seed(rank))
+    got, want = torch.empty(37 * world, dtype=torch.uint8), torch.empty(37 * world, dtype=torch.uint8)
+    comm.all_gather(got, codes).wait()
+    dist.all_gather_into_tensor(want, codes)
+    assert torch.equal(got, want)
+
+    # Half precision and a 2-D input (split along its flat order, as before).
+    for dtype in (torch.float16, torch.bfloat16):
+        h = [x[: 8 * world].to(dtype).reshape(2, 4 * world) for x in xs]
+        out = torch.empty(8, dtype=dtype)
+        comm.reduce_scatter_avg(h[rank].clone(), out).wait()
+        assert torch.equal(out, _rank_order_mean([x.reshape(-1) for x in h]).chunk(world)[rank])
+
+    # Asynchronous: a launch returns at once, and its handle is not done while a peer has not
+    # launched its part (the peers launch half a second later).
+    for launch in (lambda: comm.reduce_scatter_avg(xs[rank].clone(), torch.empty(n // world)),
+                   lambda: comm.all_gather(torch.empty(n), shard)):
+        dist.barrier()
+        if rank:
+            time.sleep(0.5)
+        t0 = time.perf_counter()
+        h = launch()
+        if rank == 0:
+            assert time.perf_counter() - t0 < 0.25 and not h.done()
+        h.wait()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_all_to_all_collectives_give_what_gloos_own_gave(world):
+    _run(_as_before, world)
+
+
+def _new_vs_old(rank: int, world: int, nbytes: int, reps: int) -> dict:
+    """Median seconds (slowest rank) of this communicator's reduce-scatter and all-gather
+    (all-to-alls) and of gloo's own, interleaved rep by rep in the same processes."""
+    comm = Communicator()  # unpaced: pieces of EXCHANGE_PIECE_BYTES
+    paced = Communicator(link=EmulatedLink(gbps=1e4, alpha_s=0.0))  # one piece per round, ~no pacing
+    n = nbytes // 4 // world * world
+    flat, shard, full = torch.randn(n), torch.empty(n // world), torch.empty(n)
+
+    def old_rs():
+        dist.reduce_scatter_tensor(shard, flat, async_op=True).wait()
+        shard.div_(world)
+
+    runs = {"rs_new": lambda: comm.reduce_scatter_avg(flat, shard).wait(), "rs_old": old_rs,
+            "rs_paced": lambda: paced.reduce_scatter_avg(flat, shard).wait(),
+            "ag_new": lambda: comm.all_gather(full, shard).wait(),
+            "ag_old": lambda: dist.all_gather_into_tensor(full, shard, async_op=True).wait()}
+    times = {k: [] for k in runs}
+    for rep in range(reps + 1):  # rep 0 warms up connections and buffers
+        for k, fn in runs.items():
+            dist.barrier()
+            t0 = time.perf_counter()
+            fn()
+            dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+            if rep:
+                times[k].append(dt.item())
+    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_all_to_all_collectives_timed_beside_gloos_own(world):
+    """Reports new/old time ratios on loopback (no timing asserted: a loaded host decides them;
+    the link model charges both the ring's bytes, and only a shaped link shows the bytes:
+    dreamddp-bench link --backend tc [--native] does)."""
+    from dist_util import run_workers
+
+    nbytes, reps = 4_000_000, 9
+    med = run_workers(_new_vs_old, world, nbytes, reps)[0]
+    print(f"\n{world} workers, {nbytes / 1e6:.1f} MB, median of {reps}: reduce-scatter new {med['rs_new'] * 1e3:.1f} ms"
+          f" / old {med['rs_old'] * 1e3:.1f} ms = {med['rs_new'] / med['rs_old']:.2f}, paced link's (one piece per"
+          f" round) {med['rs_paced'] * 1e3:.1f} ms = {med['rs_paced'] / med['rs_old']:.2f}; all-gather new"
+          f" {med['ag_new'] * 1e3:.1f} ms / old {med['ag_old'] * 1e3:.1f} ms = {med['ag_new'] / med['ag_old']:.2f}")
+    assert all(t > 0 for t in med.values())

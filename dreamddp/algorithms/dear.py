@@ -35,15 +35,21 @@ pending then.
 Choice: the averaged GRADIENT shards are all-gathered and every rank steps
 the whole group (not a sharded optimizer that all-gathers parameters).  Every
 rank then applies bitwise the same update to bitwise the same gradient, so
-this equals S-SGD for any optimizer (up to the collective's summation order),
-with S-SGD's optimizer memory; the sharded variant would cut optimizer state
-by the world size but needs element-wise optimizers.
+this equals S-SGD for any optimizer up to the collectives' summation orders,
+with S-SGD's optimizer memory.  (On gloo the reduce-scatter is an all-to-all
+and a local sum in rank order, comm/communicator.py, and S-SGD's all-reduce
+sums in gloo's ring order: bitwise the same on 2 workers, where either order
+adds the same two numbers, otherwise equal up to rounding; tests/test_dear.py.)
+The sharded variant would cut optimizer state by the world size but needs
+element-wise optimizers.
 
 Memory beyond S-SGD: the shards (model / world) and, for a group whose size
 is not a multiple of the world size, a zero-padded copy of its gradient while
-in flight (``describe()['memory_bytes']``).  Gradients are zeroed per group
-by the algorithm (``owns_grad_zeroing``), since a group's averaged gradient
-must survive until its next forward.
+in flight (``describe()['memory_bytes']``).  On gloo each collective in flight
+also holds its all-to-all's other buffer (not counted there): a reduce-scatter
+what it receives (its group's size), an all-gather its shard repeated world
+times.  Gradients are zeroed per group by the algorithm (``owns_grad_zeroing``),
+since a group's averaged gradient must survive until its next forward.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@
     dreamddp-bench link --backend emulated --gbps 1 --calibration 1.05
     dreamddp-bench link --backend ideal --gbps 1
     dreamddp-bench link --backend tc --gbps 0.05 --workers 2 --kind reduce_scatter   # DeAR's collectives
+    dreamddp-bench link --backend tc --gbps 0.05 --workers 2 --kind reduce_scatter --native  # gloo's own
 
 Prints, per payload size: the mean measured time (slowest rank), the ring
 formula ``collective_time("all_reduce", ...)`` at the slowest link with
@@ -33,6 +34,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 4, 16, 64])
     p.add_argument("--kind", default="all_reduce", choices=["all_reduce", "reduce_scatter", "all_gather"],
                    help="the collective timed; sizes are its whole tensor (a reduce-scatter's input, an all-gather's output)")
+    p.add_argument("--native", action="store_true",
+                   help="tc/ideal, reduce_scatter/all_gather: time gloo's own (reduce_scatter_tensor, "
+                        "all_gather_into_tensor) instead of the engine's (all-to-alls on gloo, comm/communicator.py)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--latency-ms", type=float, default=0.0, help="emulated link latency (and formula)")
     p.add_argument("--calibration", type=float, default=1.0, help="emulated link calibration")
@@ -75,10 +79,17 @@ def worker(a: argparse.Namespace) -> None:
         kinds = {"all_reduce": lambda t: comm.all_reduce_avg(t).wait(),
                  "reduce_scatter": lambda t: comm.reduce_scatter_avg(t, shard(t)).wait(),
                  "all_gather": lambda t: comm.all_gather(t, shard(t)).wait()}
-    else:  # the backend's own, unpaced: what crosses the shaped wire
+    elif a.native:  # the backend's own, unpaced: what crosses the shaped wire
         kinds = {"all_reduce": dist.all_reduce,
                  "reduce_scatter": lambda t: dist.reduce_scatter_tensor(shard(t), t),
                  "all_gather": lambda t: dist.all_gather_into_tensor(t, shard(t))}
+    else:  # the engine's, unpaced (an ideal link): on gloo its reduce-scatter and all-gather are all-to-alls
+        from dreamddp.comm.communicator import Communicator
+
+        comm = Communicator(group=None)
+        kinds = {"all_reduce": dist.all_reduce,
+                 "reduce_scatter": lambda t: comm.reduce_scatter_avg(t, shard(t)).wait(),
+                 "all_gather": lambda t: comm.all_gather(t, shard(t)).wait()}
     reduce = kinds[a.kind]
     rows = []
     for mb in a.sizes_mb:
@@ -129,6 +140,7 @@ def measure(a: argparse.Namespace) -> list[dict]:
         fwd = ["--backend", a.backend, "--workers", str(a.workers), "--reps", str(a.reps), "--kind", a.kind,
                "--latency-ms", str(a.latency_ms), "--calibration", str(a.calibration),
                "--sizes-mb", *map(str, a.sizes_mb), "--worker-out", out, "--gap-ms", str(a.gap_ms)]
+        fwd += ["--native"] if a.native else []
         if a.rates:
             fwd += ["--gbps", ",".join(map(str, a.rates))] if a.backend == "tc" else ["--gbps", str(a.rates[0])]
         argv_for_rank = lambda rank: [sys.executable, "-m", "dreamddp.bench.link", *fwd]  # noqa: E731
@@ -170,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
 
         exit_worker(0)  # a gloo worker: no interpreter finalization (see exit_worker)
     rows = measure(a)
-    print(f"backend={a.backend} kind={a.kind} workers={a.workers} gbps={a.rates or '-'} reps={a.reps}")
+    path = "" if a.kind == "all_reduce" or a.backend == "emulated" else f" path={'native' if a.native else 'engine'}"
+    print(f"backend={a.backend} kind={a.kind}{path} workers={a.workers} gbps={a.rates or '-'} reps={a.reps}")
     print(f"{'size_MB':>9} {'measured_s':>11} {'formula_s':>10} {'ratio':>7}")
     for r in rows:
         f = f"{r['formula_s']:10.4f}" if r["formula_s"] else f"{'-':>10}"

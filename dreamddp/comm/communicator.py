@@ -14,9 +14,20 @@ caller's thread; every rank holds bitwise-identical sums, so the means are
 bitwise identical too.  Until ``wait()`` returns the buffer holds sums (or
 anything), so it must not be read or written between launch and wait.
 
-gloo in torch 2.13 implements reduce-scatter and all-gather into flat tensors
-natively (checked in tests/test_comm_gloo.py), so no all-reduce fallback is
-needed; the link charges each with its own ring formula.
+Reduce-scatter on gloo (and all-gather on 2 gloo ranks) go through ``all_to_all_single``.
+gloo's own (``reduce_scatter_tensor``, ``all_gather_into_tensor``; torch 2.13 has both)
+are slower than the ring's bytes allow: under tc shaping (56.8 Mbit/s, 7.75 MB) its
+reduce-scatter, an all-reduce underneath (bitwise its chunk), took 2.2x the ring formula
+on 2 and 4 workers, its all-gather 1.6x on 2 (docs/findings.md, docs/bandwidth.md).  An
+exchange moves exactly (n-1)/n of the tensor per rank, the ring's bytes, which is what
+the link model charges: world - 1 rounds (to rank + t, from rank - t), each in pieces of
+at most EXCHANGE_PIECE_BYTES on an unpaced link (one big message each way on a
+connection runs at half the rate under tc), all launched at once.  The reduce-scatter then sums the received
+chunks and its own locally in rank order (rank 0's first) and divides by the world
+size, in the handle's post step; the all-gather sends its shard to every rank.  That
+sum order differs from gloo's ring all-reduce's for more than 2 ranks (2 operands sum
+alike in any order): tests/test_dear.py.  NCCL and any other backend keep their native
+collectives.
 
 Holding the core (``bandwidth.hold_core``, where no CPU quota, dreamddp/cpu_share.py,
 keeps each worker to its share).  With more workers than cores, a worker
@@ -72,6 +83,40 @@ def _scratch(like: torch.Tensor, numel: int) -> torch.Tensor:
     if like.device.type == "cpu":
         return torch.from_numpy(np.zeros(numel * like.element_size(), dtype=np.uint8)).view(like.dtype)
     return like.new_zeros(numel)
+
+
+EXCHANGE_PIECE_BYTES = 128 * 1024  # the most one message of an all-to-all exchange carries (Communicator._exchange)
+
+
+class AllOf:
+    """Several works waited as one (the pieces of one exchange)."""
+
+    def __init__(self, works: list):
+        self._works = works
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self._works)
+
+    def wait(self) -> bool:
+        for w in self._works:
+            w.wait()
+        return True
+
+
+class _Repeated:
+    """A flat tensor seen as copies of itself end to end, for slicing only: slice
+    [r * n + a, r * n + b) is ``t[a:b]`` (an all-gather sends its shard to every rank)."""
+
+    def __init__(self, t: torch.Tensor):
+        self._t, self._n = t, t.numel()
+
+    def __getitem__(self, s: slice) -> torch.Tensor:
+        a = s.start % self._n
+        return self._t[a: a + (s.stop - s.start)]
+
+
+def _empty(like: torch.Tensor, numel: int) -> torch.Tensor:
+    return torch.empty(numel, dtype=like.dtype, device=like.device)
 
 
 def check_flat(name: str, t: torch.Tensor) -> None:
@@ -208,22 +253,104 @@ class Communicator:
         one GPU run over gloo: NCCL refuses two ranks on one device)."""
         return t.is_cuda and "nccl" not in self.backend
 
-    def _host_staged(self, collective, out: torch.Tensor, inp: torch.Tensor, then) -> tuple[Callable, Callable]:
-        """(start, post) of ``collective(out, inp)`` run on host copies: the input is copied
-        to the host when the collective starts, the result back to ``out`` when it completes."""
-        host: dict[str, torch.Tensor] = {}
+    def _host_staged(self, ops, out: torch.Tensor, inp: torch.Tensor) -> tuple[Callable, Callable]:
+        """(start, post) of the collective ``ops(out, inp)`` (its own (start, post)) run on
+        host copies: the input is copied to the host when the collective starts, the result
+        back to ``out`` when it completes (after the collective's own post step)."""
+        host: dict = {}
 
         def start():
             host["in"], host["out"] = inp.cpu(), torch.empty(out.shape, dtype=out.dtype)
-            return collective(host["out"], host["in"], group=self.group, async_op=True)
+            begin, host["post"] = ops(host["out"], host["in"])
+            return begin()
 
         def post():
+            if host["post"] is not None:
+                host["post"]()
             out.copy_(host.pop("out"))
             host.clear()
-            if then is not None:
-                then()
 
         return start, post
+
+    def _by_all_to_all(self, t: torch.Tensor) -> bool:
+        """gloo serves this (host) tensor: its reduce-scatter (and on 2 ranks its all-gather)
+        goes as an exchange of all-to-alls (``_exchange``)."""
+        return not t.is_cuda and "gloo" in self.backend
+
+    def _exchange(self, inp: torch.Tensor, out: torch.Tensor, chunk: int) -> "AllOf":
+        """Every rank's chunk ``r`` of the flat ``inp`` (``chunk`` elements each) to rank r's
+        ``out``, at row (sender's rank): the all-to-all, started asynchronously, without this
+        rank's own chunk (the callers read it in place).  As world - 1 rounds (round t: to rank
+        + t, from rank - t), each in pieces of at most EXCHANGE_PIECE_BYTES, all launched at once:
+        one big all-to-all runs at half the link's rate under tc, as gloo's ring all-reduce,
+        which sends in pieces, does not.  A reduce-scatter of 7.75 MB at 56.8 Mbit/s (ring
+        formula 0.546 s on 2 workers, 0.819 s on 4; one way alone 0.57 s), mean of 3 to 5: one
+        all-to-all 1.11 s on 2; pieces of 4 MiB 1.12 s, 1 MiB 0.65, 256 KiB 0.59, 128 KiB 0.58,
+        64 KiB 0.57; on 4 workers 256 KiB 0.97-1.07 s, 128 KiB 0.91-0.94, 64 KiB 0.88-0.98.
+        At 0.5 Gbit/s small pieces lose (16 MB on 3 workers, formula 0.171 s: 64 KiB 0.27-0.32 s,
+        128 KiB 0.19, 256 KiB 0.19-0.20, gloo's own 0.37), hence 128 KiB.  More pieces cost more
+        launches: on a paced (emulated) link, whose real bytes only need carrying (loopback, on
+        one host), each round goes in one piece (tests/test_comm_gloo.py prints both beside
+        gloo's own)."""
+        world, rank = self.world_size, self.rank
+        step = max(1, chunk if self.link.paced else EXCHANGE_PIECE_BYTES // out.element_size())
+        works = []
+        for t in range(1, world):
+            dst, src = (rank + t) % world, (rank - t) % world
+            for a in range(0, chunk, step):
+                n = min(step, chunk - a)
+                works.append(dist.all_to_all_single(
+                    out[src * chunk + a: src * chunk + a + n], inp[dst * chunk + a: dst * chunk + a + n],
+                    output_split_sizes=[n if r == src else 0 for r in range(world)],
+                    input_split_sizes=[n if r == dst else 0 for r in range(world)],
+                    group=self.group, async_op=True))
+        return AllOf(works)
+
+    def _reduce_scatter_ops(self, out: torch.Tensor, flat: torch.Tensor,
+                            alloc=None) -> tuple[Callable, Callable | None]:
+        """(start, post) of the AVG reduce-scatter of ``flat`` into ``out``, no host staging;
+        ``alloc(like, numel)`` makes the all-to-all's receive buffer (default: torch.empty)."""
+        world = self.world_size
+        if not self._by_all_to_all(flat):
+            native = self._native_avg(flat)
+            op = dist.ReduceOp.AVG if native else dist.ReduceOp.SUM
+            return (lambda: _reduce_scatter(out, flat, op=op, group=self.group, async_op=True),
+                    self._div_post(out, native))
+        received: dict[str, torch.Tensor] = {}
+        n = out.numel()
+
+        def start():  # row r of ``received``: rank r's chunk number self.rank (row self.rank unused)
+            received["in"] = (alloc or _empty)(flat, flat.numel())
+            return self._exchange(flat.view(-1), received["in"], n)
+
+        def post():  # the sum in rank order, as comm/fake.py's; then the mean
+            rows = received.pop("in").view(world, n)
+            mine = flat.view(world, n)[self.rank]
+            o = out.view(-1)
+            o.copy_(mine if self.rank == 0 else rows[0])
+            for r in range(1, world):
+                o.add_(mine if r == self.rank else rows[r])
+            o.div_(world)
+
+        return start, post
+
+    def _all_gather_ops(self, out: torch.Tensor, shard: torch.Tensor, alloc=None) -> tuple[Callable, None]:
+        """(start, post) of the all-gather of ``shard`` into ``out``, no host staging (``alloc``:
+        unused, as ``_reduce_scatter_ops``'s signature).  On gloo an exchange on 2 ranks only:
+        gloo's ring all-gather sends each neighbour its shard in one message, which on 2 ranks
+        goes both ways on one connection, at half the rate under tc (7.75 MB at 56.8 Mbit/s: 1.60x
+        the ring formula, the exchange 1.05x); on 4 its messages go one way round the ring
+        (1.10-1.22x, the exchange in 64 KiB pieces 1.16x)."""
+        if not self._by_all_to_all(shard) or self.world_size > 2:
+            return lambda: _all_gather(out, shard, group=self.group, async_op=True), None
+        n = shard.numel()
+
+        def start():  # this rank's shard to every rank: an exchange whose every chunk is the shard
+            o = out.view(-1)
+            o[self.rank * n: (self.rank + 1) * n].copy_(shard.view(-1))
+            return self._exchange(_Repeated(shard.view(-1)), o, n)
+
+        return start, None
 
     def _div_post(self, t: torch.Tensor, native: bool) -> Callable[[], None] | None:
         if native:
@@ -249,18 +376,9 @@ class Communicator:
         check_flat("out", out)
         check_sizes("flat", flat, "out", out, self.world_size)
         record = self._launch("reduce_scatter", tag, flat.numel() * flat.element_size(), flat)
-        native = self._native_avg(flat)
-        op = dist.ReduceOp.AVG if native else dist.ReduceOp.SUM
         if self._via_host(flat):
-            start, post = self._host_staged(functools.partial(_reduce_scatter, op=op), out, flat,
-                                            self._div_post(out, native))
-            return self._issue(record, start, post, out)
-        return self._issue(
-            record,
-            lambda: _reduce_scatter(out, flat, op=op, group=self.group, async_op=True),
-            self._div_post(out, native),
-            out,
-        )
+            return self._issue(record, *self._host_staged(self._reduce_scatter_ops, out, flat), out)
+        return self._issue(record, *self._reduce_scatter_ops(out, flat), out)
 
     def all_gather(self, out: torch.Tensor, shard: torch.Tensor, tag: str = "") -> Handle:
         check_flat("out", out)
@@ -268,10 +386,8 @@ class Communicator:
         check_sizes("out", out, "shard", shard, self.world_size)
         record = self._launch("all_gather", tag, out.numel() * out.element_size(), shard)
         if self._via_host(shard):
-            return self._issue(record, *self._host_staged(_all_gather, out, shard, None), out)
-        return self._issue(
-            record, lambda: _all_gather(out, shard, group=self.group, async_op=True), None, out
-        )
+            return self._issue(record, *self._host_staged(self._all_gather_ops, out, shard), out)
+        return self._issue(record, *self._all_gather_ops(out, shard), out)
 
     # -- blocking control traffic: unpaced, unaccounted ---------------------
     def probe_latency(self, like: torch.Tensor, repeats: int = 30, warmup: int = 5, numel: int = 1,
@@ -288,12 +404,11 @@ class Communicator:
                 like = torch.empty(0, dtype=like.dtype)
         x = _scratch(like, numel)
         shard = None if kind == "all_reduce" else _scratch(like, numel // world)
-        launch, post = {
-            "all_reduce": (lambda: dist.all_reduce(x, group=self.group, async_op=True), self._div_post(x, False)),
-            "reduce_scatter": (lambda: _reduce_scatter(shard, x, group=self.group, async_op=True),
-                               self._div_post(shard, False)),
-            "all_gather": (lambda: _all_gather(x, shard, group=self.group, async_op=True), None),
-        }[kind]
+        if kind == "all_reduce":
+            launch, post = lambda: dist.all_reduce(x, group=self.group, async_op=True), self._div_post(x, False)
+        else:  # the algorithms' own path (all-to-all on gloo), on a host tensor where theirs is staged
+            launch, post = (self._reduce_scatter_ops(shard, x, _scratch) if kind == "reduce_scatter"
+                            else self._all_gather_ops(x, shard, _scratch))
         unpaced = IdealLink()
         dist.barrier(group=self.group)
         times = []

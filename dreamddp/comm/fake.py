@@ -7,7 +7,10 @@ input itself); the default makes every rank hold the same values, so AVG is
 the identity and all-gather repeats the shard.  Results are computed from
 launch-time values and written at ``wait()``, mirroring the real contract
 that a buffer is undefined between launch and wait.  Reductions sum in rank
-order and then divide by the world size, exactly as the gloo path does.
+order (rank 0's tensor, plus rank 1's, plus rank 2's, ...) and then divide by
+the world size: exactly the real reduce-scatter's order on gloo (an all-to-all,
+then that local sum: comm/communicator.py).  gloo's all-reduce sums in its
+ring's order instead, the same sum bitwise for 2 ranks only (tests/test_dear.py).
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class FakeCommunicator:
         return peers
 
     def _mean(self, peers: list) -> torch.Tensor:
+        """The sum in rank order, divided by the world size (Communicator._reduce_scatter_ops's)."""
         total = peers[0].clone()
         for p in peers[1:]:
             total.add_(p)
