@@ -92,7 +92,6 @@ class PartialSyncEngine:
         self._forward_hooked = False
         self._landing: list[tuple[dict, object, float]] = []  # sampled events still in flight
         self.optimizer = None  # the trainer's, from its first step (the pipeline's moments stage reads it)
-        self.closing = False  # True while land_all completes what the plan would have later
         self.set_algorithm(algorithm)
 
     def set_algorithm(self, algorithm) -> None:
@@ -193,16 +192,16 @@ class PartialSyncEngine:
 
     def land_all(self) -> None:
         """The run's end: complete now every op still in flight, late merges and outer steps
-        included (there is no later iteration for them), so replicas end synced as the plan
-        would have left them; then ``flush``."""
+        included (there is no later iteration for them), after a ``flush``, so replicas end
+        synced as the plan would have left them."""
         self.flush()
-        self.closing, now = True, self.t
+        now = self.t
         try:
             for key in sorted(self._due, key=lambda k: (k[0], k[1].order)):
                 self.t = key[0]  # the iteration it was due in: on_complete finds its launch from there
                 self._complete(self._due.pop(key))
         finally:
-            self.closing, self.t = False, now
+            self.t = now
 
     def _land_events(self) -> None:
         """Sampled events of collectives that completed after their iteration's record was

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dreamddp.engine.gather import cat, gather_mean, slice_of, split
 from dreamddp.engine.plan import Payload, SyncOp, When, contiguous_runs
 from dreamddp.engine.stages import anchored, codec_of
 from dreamddp.lazy import lazy
@@ -60,6 +61,7 @@ class Pipeline:
         self.codec = codec_of(cfg)
         self.anchored = anchored(cfg)
         self.every = [int(k) for k in cfg.moments_every]
+        self.syncs_moments = any(self.every)
         self._plans: dict = {}  # (id(base plan), moments) -> (base plan, plan)
         self.role: dict[SyncOp, str] = {}  # rewritten op -> grad | delta | copy | state
 
@@ -78,7 +80,7 @@ class Pipeline:
         self.state_op = SyncOp(0, len(layout) - 1, Payload.STATE, When.AFTER_STEP, When.AFTER_STEP)
 
     def plan(self, base: tuple, t: int) -> tuple:
-        moments = tuple(k > 0 and (t + 1) % k == 0 for k in self.every)
+        moments = tuple(k > 0 and (t + 1) % k == 0 for k in self.every) if self.syncs_moments else ()
         key = (id(base), moments)
         hit = self._plans.get(key)
         if hit is None or hit[0] is not base:
@@ -124,8 +126,8 @@ class Pipeline:
         self.anchor = params.detach().float().clone() if self.anchored else None
         keep = self.codec is not None and cfg.error_feedback
         self.residual = torch.zeros(params.numel(), dtype=torch.float32, device=params.device) if keep else None
-        late = cfg.timing != "in_place" and self.anchored
-        self.snapshot = params.detach().float().clone() if late else None  # s (late), or Delta_{k-1} (eager)
+        late = cfg.timing == "late" and self.anchored  # eager keeps its sent change with the op in flight
+        self.snapshot = params.detach().float().clone() if late else None  # s: where the window's progress starts
         self.started: set = set()  # spans launched once (late, eager: their first window is special)
         self.outer = None
         if self.anchored and cfg.outer_optimizer != "avg":
@@ -180,10 +182,14 @@ class Pipeline:
         else:
             handle, finish = gather_mean(engine.comm, x, self.codec, residual, self.cfg.error_decay,
                                          self.cfg.reduction == "senders", tag)
-        first = self.first[engine.t % self.H]
-        steps = [u for u in op.units if u in first] if role == "delta" else []
-        self._sent[key] = (spans, finish, steps, sent)
+        self._sent[key] = (spans, finish, self._steps(op, engine.t, role), sent)
         return handle
+
+    def _steps(self, op: SyncOp, t: int, role: str) -> list[int]:
+        """The op's units whose first sync of the window is this one (launched at ``t``): they
+        take the outer step where it lands, the others only average."""
+        first = self.first[t % self.H]
+        return [u for u in op.units if u in first] if role == "delta" else []
 
     def _delta(self, engine, op, spans):
         """The units' change: since the anchor, or (late) since where their window began."""
@@ -223,9 +229,7 @@ class Pipeline:
         params = engine.flat.params
         with torch.no_grad():
             if self.cfg.timing == "eager":  # g = mean + (fresh - stale) / W; the fresh change is this window's
-                fresh = cat([self.anchor[a:b] - params[a:b].float() for a, b in spans]) if engine.closing else \
-                    self._fresh(op, engine.t, spans)
-                mean = mean + (fresh - sent) / self.world
+                mean = mean + (self._fresh(op, engine.t, spans) - sent) / self.world
             self._outer_step(engine, spans, mean, steps)
             for (a, b), g in zip(spans, split(mean, spans)):
                 if self.cfg.timing == "late":
@@ -238,7 +242,8 @@ class Pipeline:
             self._average_rest(engine, op, spans, mean, steps)
 
     def _fresh(self, op, t, spans):
-        """Eager: the change this worker launched in this iteration for the same units."""
+        """Eager: the change this worker launched in this iteration for the same units; at the
+        run's end (``land_all``: nothing launched then) its change since the anchor."""
         entry = self._sent.get((op, t))
         return entry[3] if entry is not None else cat([self.anchor[a:b] - self.engine.flat.params[a:b].float()
                                                        for a, b in spans])
@@ -353,9 +358,7 @@ class Pipeline:
                 self._sent[(op, t)] = tuple(kept)
             else:
                 mean, sent = kept
-                first = self.first[t % self.H]
-                steps = [u for u in op.units if u in first] if role == "delta" else []
-                self._sent[(op, t)] = (self.spans(op), lambda m=mean: m, steps, sent)
+                self._sent[(op, t)] = (self.spans(op), lambda m=mean: m, self._steps(op, t, role), sent)
             self.engine.adopt(due, op, Landed())
 
 
@@ -368,58 +371,8 @@ def make_outer(cfg, params):
     return cls(params, lr=lr, betas=(mu, 0.999))
 
 
-def slice_of(x, spans, a: int, b: int):
-    """The part of ``x`` (the spans' elements, concatenated) that holds flat elements [a, b)."""
-    offset = 0
-    for lo, hi in spans:
-        if lo <= a and b <= hi:
-            return x[offset + a - lo: offset + b - lo]
-        offset += hi - lo
-    raise ValueError(f"elements [{a}, {b}) outside the op's spans {spans}")
-
-
 def outer_copies(cfg) -> int:
     """fp32 copies of the model the outer optimizer's state holds once it has stepped."""
     if cfg.outer_optimizer in ("adam", "adamw"):
         return 2
     return int(cfg.outer_optimizer in ("sgd", "nesterov") and cfg.outer_momentum > 0)
-
-
-def cat(parts):
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def split(x, spans):
-    return [x] if len(spans) == 1 else x.split([b - a for a, b in spans])
-
-
-def gather_mean(comm, x, codec, residual, decay: float, senders: bool, tag: str):
-    """Launch the all-gather of ``codec.encode(x + decay * e)`` (``residual``: e, one view per
-    span of x, or None); e becomes what the payload did not carry.  Returns (handle, finish):
-    ``finish()`` after the wait is the mean of every rank's decoded payload, summed in rank order
-    (``senders``: each index over the ranks whose payload carried it)."""
-    if residual is not None:
-        e = cat(residual) if len(residual) > 1 else residual[0]
-        x = x + e * decay if decay != 1 else x + e
-    mine = codec.encode(x)
-    if residual is not None:
-        left = x - codec.decode(mine, x.numel())
-        offset = 0
-        for r in residual:  # a few spans, not parameters
-            r.copy_(left[offset: offset + r.numel()])
-            offset += r.numel()
-    world, n = comm.world_size, x.numel()
-    out = torch.empty(world * mine.numel(), dtype=torch.uint8, device=mine.device)
-    handle = comm.all_gather(out, mine, tag=tag)
-
-    def finish():
-        parts = out.view(world, -1)
-        total = codec.decode(parts[0], n).clone()
-        count = codec.support(parts[0], n).float() if senders else None
-        for r in range(1, world):  # a loop over the few ranks
-            total.add_(codec.decode(parts[r], n))
-            if senders:
-                count.add_(codec.support(parts[r], n).float())
-        return total.div_(world) if not senders else total.div_(count.clamp_(min=1))
-
-    return handle, finish
