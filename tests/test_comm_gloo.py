@@ -231,10 +231,10 @@ def _rank_order_mean(xs: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _as_before(rank: int, world: int) -> None:
-    from dreamddp.comm import communicator
+    from dreamddp.comm import exchange
 
-    for piece in (communicator.EXCHANGE_PIECE_BYTES, 36):  # 36: many pieces, the last one short
-        communicator.EXCHANGE_PIECE_BYTES = piece
+    for piece in (exchange.EXCHANGE_PIECE_BYTES, 36):  # 36: many pieces, the last one short
+        exchange.EXCHANGE_PIECE_BYTES = piece
         _as_before_pieces(rank, world)
 
 

@@ -21,7 +21,7 @@ reduce-scatter, an all-reduce underneath (bitwise its chunk), took 2.2x the ring
 on 2 and 4 workers, its all-gather 1.6x on 2 (docs/findings.md, docs/bandwidth.md).  An
 exchange moves exactly (n-1)/n of the tensor per rank, the ring's bytes, which is what
 the link model charges: world - 1 rounds (to rank + t, from rank - t), each in pieces of
-at most EXCHANGE_PIECE_BYTES on an unpaced link (one big message each way on a
+at most EXCHANGE_PIECE_BYTES (comm/exchange.py) on an unpaced link (one big message each way on a
 connection runs at half the rate under tc), all launched at once.  The reduce-scatter then sums the received
 chunks and its own locally in rank order (rank 0's first) and divides by the world
 size, in the handle's post step; the all-gather sends its shard to every rank.  That
@@ -60,6 +60,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from dreamddp.comm.exchange import Repeated, empty_like_flat, exchange
+
 from dreamddp.comm.carrier import DeferredCarrier
 from dreamddp.comm.cost import CARRIERS, QUEUED
 from dreamddp.comm.handle import CollectiveRecord, Handle, make_record
@@ -83,40 +85,6 @@ def _scratch(like: torch.Tensor, numel: int) -> torch.Tensor:
     if like.device.type == "cpu":
         return torch.from_numpy(np.zeros(numel * like.element_size(), dtype=np.uint8)).view(like.dtype)
     return like.new_zeros(numel)
-
-
-EXCHANGE_PIECE_BYTES = 128 * 1024  # the most one message of an all-to-all exchange carries (Communicator._exchange)
-
-
-class AllOf:
-    """Several works waited as one (the pieces of one exchange)."""
-
-    def __init__(self, works: list):
-        self._works = works
-
-    def is_completed(self) -> bool:
-        return all(w.is_completed() for w in self._works)
-
-    def wait(self) -> bool:
-        for w in self._works:
-            w.wait()
-        return True
-
-
-class _Repeated:
-    """A flat tensor seen as copies of itself end to end, for slicing only: slice
-    [r * n + a, r * n + b) is ``t[a:b]`` (an all-gather sends its shard to every rank)."""
-
-    def __init__(self, t: torch.Tensor):
-        self._t, self._n = t, t.numel()
-
-    def __getitem__(self, s: slice) -> torch.Tensor:
-        a = s.start % self._n
-        return self._t[a: a + (s.stop - s.start)]
-
-
-def _empty(like: torch.Tensor, numel: int) -> torch.Tensor:
-    return torch.empty(numel, dtype=like.dtype, device=like.device)
 
 
 def check_flat(name: str, t: torch.Tensor) -> None:
@@ -274,37 +242,8 @@ class Communicator:
 
     def _by_all_to_all(self, t: torch.Tensor) -> bool:
         """gloo serves this (host) tensor: its reduce-scatter (and on 2 ranks its all-gather)
-        goes as an exchange of all-to-alls (``_exchange``)."""
+        goes as an exchange of all-to-alls (comm/exchange.py)."""
         return not t.is_cuda and "gloo" in self.backend
-
-    def _exchange(self, inp: torch.Tensor, out: torch.Tensor, chunk: int) -> "AllOf":
-        """Every rank's chunk ``r`` of the flat ``inp`` (``chunk`` elements each) to rank r's
-        ``out``, at row (sender's rank): the all-to-all, started asynchronously, without this
-        rank's own chunk (the callers read it in place).  As world - 1 rounds (round t: to rank
-        + t, from rank - t), each in pieces of at most EXCHANGE_PIECE_BYTES, all launched at once:
-        one big all-to-all runs at half the link's rate under tc, as gloo's ring all-reduce,
-        which sends in pieces, does not.  A reduce-scatter of 7.75 MB at 56.8 Mbit/s (ring
-        formula 0.546 s on 2 workers, 0.819 s on 4; one way alone 0.57 s), mean of 3 to 5: one
-        all-to-all 1.11 s on 2; pieces of 4 MiB 1.12 s, 1 MiB 0.65, 256 KiB 0.59, 128 KiB 0.58,
-        64 KiB 0.57; on 4 workers 256 KiB 0.97-1.07 s, 128 KiB 0.91-0.94, 64 KiB 0.88-0.98.
-        At 0.5 Gbit/s small pieces lose (16 MB on 3 workers, formula 0.171 s: 64 KiB 0.27-0.32 s,
-        128 KiB 0.19, 256 KiB 0.19-0.20, gloo's own 0.37), hence 128 KiB.  More pieces cost more
-        launches: on a paced (emulated) link, whose real bytes only need carrying (loopback, on
-        one host), each round goes in one piece (tests/test_comm_gloo.py prints both beside
-        gloo's own)."""
-        world, rank = self.world_size, self.rank
-        step = max(1, chunk if self.link.paced else EXCHANGE_PIECE_BYTES // out.element_size())
-        works = []
-        for t in range(1, world):
-            dst, src = (rank + t) % world, (rank - t) % world
-            for a in range(0, chunk, step):
-                n = min(step, chunk - a)
-                works.append(dist.all_to_all_single(
-                    out[src * chunk + a: src * chunk + a + n], inp[dst * chunk + a: dst * chunk + a + n],
-                    output_split_sizes=[n if r == src else 0 for r in range(world)],
-                    input_split_sizes=[n if r == dst else 0 for r in range(world)],
-                    group=self.group, async_op=True))
-        return AllOf(works)
 
     def _reduce_scatter_ops(self, out: torch.Tensor, flat: torch.Tensor,
                             alloc=None) -> tuple[Callable, Callable | None]:
@@ -320,8 +259,8 @@ class Communicator:
         n = out.numel()
 
         def start():  # row r of ``received``: rank r's chunk number self.rank (row self.rank unused)
-            received["in"] = (alloc or _empty)(flat, flat.numel())
-            return self._exchange(flat.view(-1), received["in"], n)
+            received["in"] = (alloc or empty_like_flat)(flat, flat.numel())
+            return exchange(flat.view(-1), received["in"], n, self.rank, self.world_size, self.group, self.link.paced)
 
         def post():  # the sum in rank order, as comm/fake.py's; then the mean
             rows = received.pop("in").view(world, n)
@@ -348,7 +287,7 @@ class Communicator:
         def start():  # this rank's shard to every rank: an exchange whose every chunk is the shard
             o = out.view(-1)
             o[self.rank * n: (self.rank + 1) * n].copy_(shard.view(-1))
-            return self._exchange(_Repeated(shard.view(-1)), o, n)
+            return exchange(Repeated(shard.view(-1)), o, n, self.rank, self.world_size, self.group, self.link.paced)
 
         return start, None
 
