@@ -49,8 +49,13 @@ def checkout(tmp_path_factory) -> Path:
     return repo
 
 
-def test_a_record_names_its_commit_and_is_dirty_after_an_edit_of_the_package(checkout, tmp_path):
-    clean = _record(checkout, tmp_path / "clean")
+@pytest.fixture(scope="module")
+def clean(checkout, tmp_path_factory) -> dict:
+    """The record the committed checkout writes."""
+    return _record(checkout, tmp_path_factory.mktemp("runs") / "clean")
+
+
+def test_a_record_names_its_commit_and_is_dirty_after_an_edit_of_the_package(checkout, clean, tmp_path):
     sha = _git(checkout, "rev-parse", "HEAD")
     assert clean["provenance"]["git_sha"] == clean["git_sha"] == sha
     assert clean["provenance"]["dirty"] is False
@@ -73,8 +78,8 @@ def test_a_record_names_its_commit_and_is_dirty_after_an_edit_of_the_package(che
     assert edited["provenance"]["source"] != clean["provenance"]["source"]
 
 
-def test_an_installed_copy_outside_git_has_no_commit_but_the_same_digest(checkout, tmp_path):
+def test_an_installed_copy_outside_git_has_no_commit_but_the_same_digest(clean, tmp_path):
     installed = _copy(tmp_path / "site-packages")
     made_by = _record(installed, tmp_path / "run")["provenance"]
     assert made_by["git_sha"] is None and made_by["dirty"] is None
-    assert made_by["source"] == _record(checkout, tmp_path / "checkout_run")["provenance"]["source"]
+    assert made_by["source"] == clean["provenance"]["source"]

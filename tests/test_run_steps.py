@@ -48,11 +48,13 @@ def _clock_log(run: Run) -> list[str]:
     return log
 
 
-def test_steps_trains_what_train_does_and_stops_the_clock_between_them(one_worker_group, compose_cfg, tmp_path):
+def test_steps_trains_what_train_does_once_and_stops_the_clock_between_them(one_worker_group, compose_cfg, tmp_path):
     whole = _ready_run(compose_cfg, tmp_path / "whole")
     whole_log = _clock_log(whole)
     whole.train()
     whole.finish()
+    with pytest.raises(RuntimeError, match="already started"):  # the record, data and optimizer would run twice
+        whole.steps()
 
     stepped = _ready_run(compose_cfg, tmp_path / "stepped")
     log = _clock_log(stepped)
@@ -74,9 +76,3 @@ def test_steps_trains_what_train_does_and_stops_the_clock_between_them(one_worke
     evals = lambda run: run.recorder.record.data["evals"]  # noqa: E731
     assert [e["iteration"] for e in evals(stepped)] == [e["iteration"] for e in evals(whole)] == [1, 3, 4]
 
-
-def test_a_run_trains_once(one_worker_group, compose_cfg, tmp_path):
-    run = _ready_run(compose_cfg, tmp_path / "run")
-    run.train()
-    with pytest.raises(RuntimeError, match="already started"):
-        run.steps()

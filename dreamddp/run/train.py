@@ -222,8 +222,9 @@ class Run:
         what the caller does meanwhile never hides this run's transfers
         (Communicator.pause).  The last iteration is yielded after the run has landed what
         was in flight, so a caller may stop there and ``finish``."""
+        iterations = self._iterations()
         self.comm.pause()  # a fresh generator is suspended too
-        return self._clocked(self._iterations())
+        return self._clocked(iterations)
 
     def _clocked(self, iterations: Iterator[int]) -> Iterator[int]:
         self.comm.resume()
