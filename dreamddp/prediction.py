@@ -27,7 +27,7 @@ from dreamddp.schedule.authors_model import modelled_times
 from dreamddp.schedule.cost import step_shares
 from dreamddp.schedule.profile import Profile
 from dreamddp.schedule.schedule_file import runs_as_names
-from dreamddp.schedule.simulator import Compute, SimResult, Skew, simulate_plan
+from dreamddp.schedule.simulator import Compute, Interleaving, SimResult, Skew, simulate_plan
 from dreamddp.speed import Speeds
 
 # Unknown bytes (an authors' profile without a link rate): every unit with parameters is
@@ -155,15 +155,15 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
              runs: list[list[tuple[int, int]]] | None = None, delayed: list[list[tuple[int, int]]] | None = None,
              world: int = 2, link: LinkModel | None = None, iterations: int | None = None,
              skew: Skew | None = None, carrier: RealTransfer | None = None, carrier_at_step: bool = False,
-             grad_clip: float = 0.0, host: tuple[float, float] | None = None, turn: int | None = None,
-             speeds: Speeds | None = None, **options) -> SimResult:
+             grad_clip: float = 0.0, host: tuple[float, float] | None = None,
+             interleaving: Interleaving | None = None, speeds: Speeds | None = None, **options) -> SimResult:
     """Mean iteration time and exposed wait of ``algo`` (a name, or its Config) over
     ``iterations`` (default: one H-window); ``options`` are its ``algo.*`` fields.
     ``carrier``: the real backend's transfer, for a run whose deferred carrier starts it at
     the first wait (None: the link's times only); ``carrier_at_step``: and at each iteration's end
     (the step carrier); ``grad_clip``: the trainer's train.grad_clip (a plan may sync for it);
     ``host``: the engine's host seconds per op, (launching, completing) (Compute.launch_host);
-    ``turn``: an interleaved benchmark's iterations between barriers; ``speeds``: each rank's
+    ``interleaving``: the run trained in turns with others (simulate_plan); ``speeds``: each rank's
     compute speed per iteration (unequal workers; simulate_plan)."""
     cfg = _config(algo, H, options)
     cls = ALGORITHMS.lookup(cfg.name)
@@ -184,7 +184,7 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
         compute = replace(compute, launch_host=host[0], complete_host=host[1])
     return simulate_plan(bound.plan, compute, op_seconds(profile, layout, link), H=int(cfg.H),
                          iterations=iterations, skew=skew, world=world, carrier=real,
-                         carrier_at_step=carrier_at_step, turn=turn, speeds=speeds, window=_rule(cls, cfg))
+                         carrier_at_step=carrier_at_step, interleaving=interleaving, speeds=speeds, window=_rule(cls, cfg))
 
 
 def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
@@ -215,7 +215,8 @@ def record_carrier(record: Mapping) -> RealTransfer | None:
 def simulate_record(profile: Profile, config: Mapping, *, world: int, link: LinkModel | None,
                     plan: Mapping | None = None, skew: Skew | None = None, carrier: RealTransfer | None = None,
                     carrier_at_step: bool = False, iterations: int | None = None,
-                    host: tuple[float, float] | None = None, turn: int | None = None) -> SimResult:
+                    host: tuple[float, float] | None = None,
+                    interleaving: Interleaving | None = None) -> SimResult:
     """Iterations of a run as it was configured (a run record's ``config``) on ``link``
     (None: the profile's measured comm times; ``record_link`` builds one from the record).
 
@@ -223,8 +224,8 @@ def simulate_record(profile: Profile, config: Mapping, *, world: int, link: Link
     ``extra.algorithm``): a scheduled algorithm's per-iteration unit ``groups``
     (indices into ``profile.units``), its collectives ``runs`` when they are not
     one per unit, and its late ones ``delayed``; the simulator then times what ran.
-    ``host``: the engine's host seconds per op, ``turn`` the iterations between an interleaved
-    benchmark's barriers (``simulate``).
+    ``host``: the engine's host seconds per op, ``interleaving`` the turns the run was trained in
+    with others (``simulate``).
     """
     cfg = algo_config(config["algo"])
     plan = plan or {}
@@ -236,7 +237,7 @@ def simulate_record(profile: Profile, config: Mapping, *, world: int, link: Link
         runs, delayed = as_runs(plan.get("runs")), as_runs(plan.get("delayed"))
     return simulate(cfg, profile, schedule=schedule, runs=runs, delayed=delayed, world=world, link=link,
                     iterations=iterations or cfg.H, skew=skew, carrier=carrier, carrier_at_step=carrier_at_step,
-                    grad_clip=float((config.get("train") or {}).get("grad_clip") or 0.0), host=host, turn=turn,
+                    grad_clip=float((config.get("train") or {}).get("grad_clip") or 0.0), host=host, interleaving=interleaving,
                     speeds=Speeds.from_config(config.get("cluster") or {}))
 
 

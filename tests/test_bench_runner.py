@@ -17,13 +17,14 @@ from dist_util import free_port
 ROOT = Path(__file__).resolve().parents[1]
 SEGMENTS = ["flsgd", "dreamddp", "nosync@ideal", "ddp@ideal", "ascwfbp@ideal"]
 MEMORY = ["flsgd", "dreamddp", "nosync@ideal"]  # the segments with a memory run
+BENCH_ARGS = ["--quick", "--reps", "1", "--models", "gpt2", "--only", *SEGMENTS]
 
 
 def bench(out: Path, *extra: str) -> subprocess.CompletedProcess:
     # A fresh port each job: back to back on the default one, a job's store once found it still
     # taken (EADDRINUSE), as it is by any other job on this host.
-    cmd = [sys.executable, "-m", "dreamddp.bench.cli", "run", "--quick", "--reps", "1", "--models", "gpt2",
-           "--only", *SEGMENTS, "--out", str(out), "--port", str(free_port()), *extra]
+    cmd = [sys.executable, "-m", "dreamddp.bench.cli", "run", *BENCH_ARGS, "--out", str(out),
+           "--port", str(free_port()), *extra]
     env = {**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
@@ -106,15 +107,20 @@ def report_without(job_dir: Path, copy: Path, *labels: str) -> str:
     ("trian.lr=1", "error: gpt2 calibration: trian.lr=1: the config has no key trian"),
     ("data=nope", "error: data=nope: unknown option; choose from cifar10, cifar100, fashion_mnist"),
 ])
-def test_a_set_some_run_cannot_take_is_refused_before_any_job_starts(tmp_path, override, message):
+def test_a_set_some_run_cannot_take_is_refused_before_any_job_starts(tmp_path, capsys, override, message):
     """Every run of every job is composed and validated before the first job starts: one line
     naming the model, the segment and the field (as dreamddp-run refuses: ``error: ``, status 2),
-    no job folder, no worker started."""
+    no job folder, no worker started.  In this process: the refusal comes before any job would
+    start one (a process per case cost more than the checks)."""
+    from dreamddp.bench.cli import main
+
     out = tmp_path / "bench"
-    done = bench(out, "--set", override)
-    assert done.returncode == 2
-    assert done.stderr.strip() == next(line for line in done.stderr.splitlines() if line.startswith("error:"))
-    assert done.stderr.strip().startswith(message), done.stderr
+    with pytest.raises(SystemExit) as refused:
+        main(["run", *BENCH_ARGS, "--out", str(out), "--set", override])
+    stderr = capsys.readouterr().err
+    assert refused.value.code == 2
+    assert stderr.strip() == next(line for line in stderr.splitlines() if line.startswith("error:"))
+    assert stderr.strip().startswith(message), stderr
     assert not out.exists()
 
 

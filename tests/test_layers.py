@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "dreamddp"
 
 LAYERS = [
-    {"checks", "atomic", "lazy", "registry", "procs", "_compat", "netshape", "run.dist_env", "cpu_share", "clock", "speed",
+    {"checks", "atomic", "lazy", "provenance", "registry", "procs", "_compat", "netshape", "run.dist_env", "cpu_share", "clock", "speed",
      "run.failures", "faults", "run.preempt"},
     {"comm"},
     {"engine"},

@@ -15,7 +15,7 @@ import pytest
 from dreamddp.comm.cost import LinkModel
 from dreamddp.prediction import simulate, simulated_algorithms
 from dreamddp.schedule.profile import Profile
-from dreamddp.schedule.simulator import Skew
+from dreamddp.schedule.simulator import Interleaving, Skew
 
 UNITS = ["c", "b", "a"]  # backward order
 
@@ -281,17 +281,17 @@ def test_the_engines_host_work_per_op_is_charged_where_it_runs():
     assert timed(launch_host=0.1, complete_host=0.2) == [pytest.approx((6.8, 0.2))] * 2
 
 
-def test_a_benchmark_turn_lines_the_ranks_up_at_its_barrier():
-    """``turn``: an interleaved benchmark starts every turn at a barrier outside the timed
-    iterations (dreamddp/bench/worker.py), and the iteration reported is rank 0's, whose record
-    it is.  Rank 0 computes 1 s per iteration, rank 1 1.5 s; FLSGD syncs once per window (H=2,
+def test_a_turn_of_an_interleaving_lines_the_ranks_up_at_its_barrier():
+    """``Interleaving``: runs trained in turns start every turn at a barrier outside the timed
+    iterations, and the iteration reported is rank 0's, whose record it is.  Rank 0 computes 1 s per iteration, rank 1 1.5 s; FLSGD syncs once per window (H=2,
     a free all-reduce).  Continuous, the window's sync waits for all that rank 1 lags: every
     rank's pace is rank 1's.  One iteration per turn, rank 0 waits at the sync only for the
     0.5 s rank 1 lags in that iteration; one window per turn, for the window's 1 s."""
     skew = Skew([np.array([1.0]), np.array([1.5])], joint=True)
 
     def timed(turn):
-        return simulate("flsgd", one_unit(), H=2, iterations=4, world=2, skew=skew, turn=turn)
+        return simulate("flsgd", one_unit(), H=2, iterations=4, world=2, skew=skew,
+                        interleaving=None if turn is None else Interleaving(turn))
 
     assert timed(None).mean_iter == pytest.approx(1.5)
     assert timed(1).per_iter == [pytest.approx((1.0, 0.0)), pytest.approx((1.5, 0.5))] * 2
@@ -301,7 +301,7 @@ def test_a_benchmark_turn_lines_the_ranks_up_at_its_barrier():
 
 
 def test_at_a_turns_barrier_what_is_on_the_wire_waits_with_its_rank():
-    """Each rank's link is paused through its wait at the barrier (Run.pause), so a collective in
+    """Each rank's link is paused through its wait at the barrier (as Run.steps pauses it), so a collective in
     flight keeps its distance to the rank's clock.  One unit, backward 1 s (rank 1: 2 s), one 0.8 s
     collective launched at the gradient and completed in the next forward: rank 0 launches 1 s into
     the turn, waits 1 s at the barrier with its transfer paused, and in the next turn waits the
@@ -312,7 +312,8 @@ def test_at_a_turns_barrier_what_is_on_the_wire_waits_with_its_rank():
     op = SyncOp(0, 0, Payload.GRAD, When.UNIT_READY, When.BEFORE_FORWARD)
     compute = Compute(fwd=np.zeros(1), bp=np.ones(1), step=0.0)
     skew = Skew([np.array([1.0]), np.array([2.0])], joint=True)
-    res = simulate_plan(lambda t: (op,), compute, lambda op: 0.8, H=1, iterations=3, skew=skew, world=2, turn=1)
+    res = simulate_plan(lambda t: (op,), compute, lambda op: 0.8, H=1, iterations=3, skew=skew, world=2,
+                        interleaving=Interleaving(1))
     assert res.per_iter == [pytest.approx((1.8, 0.8))] * 3
 
 
@@ -359,7 +360,8 @@ def test_a_timed_window_lets_each_rank_take_the_steps_that_fit_and_only_the_merg
     # merge rank 0 (at 20.25) waits for rank 1 (at 26.5); position 2 is nobody's iteration
     timed = simulate("flsgd_timed", _free_link(), H=4, world=2, speeds=half, iterations=4, window_s=21.0)
     assert timed.per_iter == [(10.0, 0.0), (6.75, 0.0), (13.125, 3.125)]
-    turn = simulate("flsgd_timed", _free_link(), H=4, world=2, speeds=half, iterations=4, window_s=21.0, turn=4)
+    turn = simulate("flsgd_timed", _free_link(), H=4, world=2, speeds=half, iterations=4, window_s=21.0,
+                    interleaving=Interleaving(4))
     assert turn.per_iter == [(6.75, 0.0), (6.75, 0.0), (13.0, 6.25)]  # rank 0's, as its record has them
     # a window every step fits in is FLSGD's (whose units go as three collectives, not one: to rounding)
     wide = simulate("flsgd_timed", tiny(), H=4, world=2, speeds=half, iterations=8, window_s=1e9)

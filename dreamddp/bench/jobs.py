@@ -33,8 +33,6 @@ would have).
 from __future__ import annotations
 
 import argparse
-import functools
-import hashlib
 import json
 import os
 import shutil
@@ -42,11 +40,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from pathlib import Path
 
 from dreamddp.atomic import write_json
 from dreamddp.bench import report
 from dreamddp.bench.predict import COMPUTE_ONLY
+from dreamddp.provenance import source_digest
 from dreamddp.bench.segments import OPT_IN, SCHEDULE_FROM, calibration_overrides, segment_overrides, segments
 
 # Per model and preset: its overrides, its bucket size (DDP's 25 MB x model bytes / paper
@@ -110,26 +108,6 @@ def rotated(segs: list[dict], r: int) -> list[dict]:
             blocks.append([s])
     k = r % len(blocks)
     return [s for b in blocks[k:] + blocks[:k] for s in b]
-
-
-@functools.cache
-def source_digest() -> str:
-    """A digest of the code a job runs (the package less this package's report modules, and the
-    config tree), committed or not: a job that other code made is not the same job, so
-    ``--resume`` runs it again.  The reports are left out: they are remade from the records
-    every time."""
-    from dreamddp.config import conf_dir
-
-    package, conf, digest = Path(__file__).resolve().parents[1], Path(conf_dir()), hashlib.sha256()
-    bench = Path(__file__).resolve().parent
-    paths = [p for p in package.rglob("*.py") if p.parent != bench or p.stem in JOB_MODULES]
-    for root, found in ((package, paths), (conf, list(conf.rglob("*.yaml")))):
-        for path in sorted(found):
-            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-JOB_MODULES = ("jobs", "worker", "segments", "memory")  # what a job runs; the rest of bench/ reads records
 
 
 def job_spec(args, model: str, rep: int, out: str) -> dict:

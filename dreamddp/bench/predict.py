@@ -62,6 +62,7 @@ from dreamddp.schedule.delay import late_room
 from dreamddp.schedule.general import hiding_bound
 from dreamddp.schedule.optimal import optimal_cuts
 from dreamddp.schedule.profile import Profile, load_profile, scaled
+from dreamddp.schedule.simulator import Interleaving
 
 REFERENCE = "dreamddp"  # the segment whose start-up profile gives the per-unit shares
 NOSYNC = "nosync@ideal"  # the engine with nothing to sync (its iteration: the compute-only one)
@@ -286,7 +287,7 @@ def _simulate(rec: dict, profile: Profile, skew, windows: int, real: bool, host:
                            plan=rec["extra"]["algorithm"], skew=skew, carrier=record_carrier(rec) if real else None,
                            carrier_at_step=rec["extra"]["link"].get("carrier") == "step",
                            iterations=windows * int(algo["H"]), host=engine_host(rec) if host else None,
-                           turn=turn(rec))
+                           interleaving=None if turn(rec) is None else Interleaving(turn(rec)))
 
 
 def predict(rec: dict, profile: Profile, skew, host: bool = True) -> float:

@@ -43,7 +43,8 @@ def run_job(run_dir: Path, overrides: list[str]) -> dict:
     run_dir.mkdir(parents=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "dreamddp.cli", *overrides, "train.progress=false", f"hydra.run.dir={run_dir}"]
+    cmd = [sys.executable, "-m", "dreamddp.cli", *overrides, "train.progress=false", f"hydra.run.dir={run_dir}",
+           "hydra.output_subdir=null", "hydra.job_logging.handlers.file.filename=/dev/null"]  # run.json has the config; job.log the log
     with open(run_dir / "job.log", "w") as log:
         code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     if code != 0:

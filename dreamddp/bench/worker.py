@@ -13,7 +13,7 @@ emulated rate from its steady-state backward pass (the link's all-reduce of
 all parameters takes ``ratio`` x backward); then the timed segments are built
 and warmed up one after the other, and trained interleaved: ``chunk``
 iterations (one H-window) of each in turn, in an order rotated every round,
-with the link's clock of the others paused (dreamddp.run.train.Run.pause), so
+with the link's clock of the others paused (dreamddp.run.train.Run.steps), so
 every algorithm samples the same slow and fast spells of a shared host (its
 speed drifts by 20-30% over tens of seconds here, more than the differences
 being measured); then, if asked, memory segments, one after the other: the
@@ -24,7 +24,9 @@ per algorithm.
 
 from __future__ import annotations
 
+import collections
 import gc
+import itertools
 import json
 import os
 import sys
@@ -58,21 +60,20 @@ def _new_run(ctx, overrides: list[str], run_dir: str) -> Run:
 
 
 def _interleaved(ctx, segments: list[tuple[list[str], str]], chunk: int) -> None:
-    """Build and warm up every segment, then train them ``chunk`` iterations at a time in turn."""
-    runs = []
+    """Build and warm up every segment, then train them ``chunk`` iterations at a time in turn
+    (each run's Run.steps: its link's clock stands still outside its own turns)."""
+    runs, steps = [], []
     for overrides, run_dir in segments:
         run = _new_run(ctx, overrides, run_dir)
         run.build()
         run.set_up()
-        run.pause()
         runs.append(run)
+        steps.append(run.steps())  # its clock stops here, while the next segments warm up
     total = max(r.cfg.train.iterations for r in runs)
-    for k, lo in enumerate(range(0, total, chunk)):
-        for run in runs[k % len(runs):] + runs[:k % len(runs)]:
+    for k in range(-(-total // chunk)):  # rounds; the order rotated every round
+        for turn in steps[k % len(steps):] + steps[:k % len(steps)]:
             dist.barrier()  # every turn starts with the ranks together
-            run.resume()
-            run.loop(until=lo + chunk)
-            run.pause()
+            collections.deque(itertools.islice(turn, chunk), maxlen=0)  # its next ``chunk`` iterations
     for run in runs:
         run.finish()
     dist.barrier()
@@ -84,7 +85,7 @@ def _run(ctx, overrides: list[str], run_dir: str, profile_memory: bool = False,
     if not profile_memory:
         run.build()
         run.set_up()
-        run.loop()
+        run.train()
     elif ctx.device.type == "cuda":
         run.recorder.set("memory", _cuda_peak_memory(run, ctx.device))
     else:  # every tensor of this segment is allocated under the profiler: model, state, activations
@@ -92,7 +93,7 @@ def _run(ctx, overrides: list[str], run_dir: str, profile_memory: bool = False,
             run.build()
             run.set_up()
             with torch.profiler.record_function(LOOP_MARK):
-                run.loop()
+                run.train()
         run.recorder.set("memory", memory.loop_memory(prof, LOOP_MARK, every_thread))
     run.finish()
     dist.barrier()
@@ -110,7 +111,7 @@ def _cuda_peak_memory(run: Run, device) -> dict:
     torch.cuda.synchronize(device)
     before = torch.cuda.memory_allocated(device) - base
     torch.cuda.reset_peak_memory_stats(device)  # the peak of the training loop, not of the set-up passes
-    run.loop()
+    run.train()
     torch.cuda.synchronize(device)
     return {"loop_start_bytes": before, "peak_bytes": torch.cuda.max_memory_allocated(device) - base,
             "held_before_bytes": base,

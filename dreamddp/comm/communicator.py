@@ -154,8 +154,9 @@ class Communicator:
         return handle
 
     def pause(self) -> None:
-        """Stop the link's clock between iterations (dreamddp/bench/worker.py interleaves runs
-        in one process group): what is on the modelled wire makes no progress until resume()."""
+        """Stop the link's clock between iterations (a run trained in turns with others in one
+        process group: dreamddp.run.train.Run.steps): what is on the modelled wire makes no
+        progress until resume()."""
         self._device_order.reserve_through()  # between iterations the device has passed every mark
         self._paused_at = time.perf_counter()
 

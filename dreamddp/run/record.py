@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import time
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dreamddp.atomic import write_json
+from dreamddp.provenance import provenance
 
 RECORD_NAME = "run.json"
 # Compact: the per-iteration rows make the record the largest file a run writes, and
@@ -39,16 +39,6 @@ STATUSES = ("running", "completed", "failed", "preempted")
 # What the warm-up passes measured (the link's calibration, the start-up profile): a run resumed
 # in its own directory keeps them in its record, since it reuses what they decided (checkpoint.SetUp)
 WARMUP_FACTS = ("link_calibration", "profile")
-
-
-def _git_sha(cwd: Path) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
 def _versions() -> dict[str, str | None]:
@@ -116,6 +106,7 @@ class RunRecord:
         self.flush_iterations = flush_iterations
         self._last_flush = 0.0
         self._unflushed = 0
+        made_by = dict(provenance())
         self.data: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "status": "running",
@@ -124,7 +115,8 @@ class RunRecord:
             "end_time": None,
             "run_dir": str(Path(run_dir).resolve()),
             "config": OmegaConf.to_container(cfg, resolve=True),
-            "git_sha": _git_sha(Path(__file__).resolve().parent),
+            "git_sha": made_by["git_sha"],  # also at the top level, where older readers look
+            "provenance": made_by,
             "versions": _versions(),
             "hardware": _hardware(),
             "iterations": [],

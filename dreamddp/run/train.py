@@ -7,8 +7,8 @@
 2. ``set_up``: either the warm-up passes (the link calibrates, the algorithm
    prepares: DreamDDP profiles and schedules) or a checkpoint's saved set-up and
    state; then the algorithm is built in one step and handed to the engine;
-3. ``loop``: the training iterations, with periodic evaluation, divergence and
-   checkpoints;
+3. ``train``: the training iterations, with periodic evaluation, divergence and
+   checkpoints (or ``steps``: the same, one iteration per ``next``);
 4. ``finish``: the summary (and the simulator's prediction when a profile was
    measured) closes the run record.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -78,7 +79,7 @@ def run_worker(cfg: DictConfig, run_dir: str) -> None:
         faults.arm_forward(run.model, ctx.rank)
         run.set_up()
         faults.arm_iteration(run.model, ctx.rank, run.start)
-        run.loop()
+        run.train()
         faults.at_finish(ctx.rank)
         run.finish()
         clean = True
@@ -104,7 +105,7 @@ class Run:
         self.algo_cls = ALGORITHMS.lookup(cfg.algo.name)
         self.task = MODELS[cfg.model.name].task
         self.start = 0  # first iteration to run (a checkpoint's step when resuming)
-        self.next: int | None = None  # next iteration loop() runs (None: loop not started)
+        self._started = False  # the training iterations began (they run once)
         self.profiled = None  # the start-up profile the prediction is made from (Profile)
         self.prediction: dict | None = None  # the simulator's, made before training (rank 0)
         self.compute: list[float] = []  # this rank's compute seconds (iteration less exposed wait)
@@ -208,18 +209,41 @@ class Run:
         rec.flush()
 
     # ---- 3. the training loop -------------------------------------------------------
-    def loop(self, until: int | None = None) -> None:
-        """Train up to iteration ``until`` (default: all of ``train.iterations``).  Callable in
-        chunks, with pause() / resume() around the gaps: dreamddp/bench/worker.py interleaves
-        several runs window by window so that they share the host's slow and fast spells."""
+    def train(self) -> None:
+        """All of ``train.iterations`` (what dreamddp-run does between set_up and finish)."""
+        for _ in self._iterations():
+            pass
+
+    def steps(self) -> Iterator[int]:
+        """The same iterations one at a time: a generator that yields each iteration's number
+        once it is done (its evaluation and checkpoint included), for a caller that does
+        something between iterations, such as train several runs in turn.  The link's clock
+        stands still while the generator is suspended (before the first ``next`` too), so
+        what the caller does meanwhile never hides this run's transfers
+        (Communicator.pause).  The last iteration is yielded after the run has landed what
+        was in flight, so a caller may stop there and ``finish``."""
+        iterations = self._iterations()
+        self.comm.pause()  # a fresh generator is suspended too
+        return self._clocked(iterations)
+
+    def _clocked(self, iterations: Iterator[int]) -> Iterator[int]:
+        self.comm.resume()
+        for t in iterations:
+            self.comm.pause()
+            yield t
+            self.comm.resume()
+
+    def _iterations(self) -> Iterator[int]:
+        if self._started:  # the record, the data and the optimizer would run twice
+            raise RuntimeError("Run: the training iterations were already started")
+        self._started = True
+        return self._loop()
+
+    def _loop(self) -> Iterator[int]:
         cfg, tc, engine, rec = self.cfg, self.cfg.train, self.engine, self.recorder
-        if self.next is None:
-            self.next = self.start
-            self._run_meta = checkpoint.describe_run(cfg, self.ctx.world_size)
-            self._progress = Progress(tc.iterations - self.start, enabled=rec.active and tc.progress)
-        run_meta, progress = self._run_meta, self._progress
-        end = tc.iterations if until is None else min(until, tc.iterations)
-        for t in range(self.next, end):
+        run_meta = checkpoint.describe_run(cfg, self.ctx.world_size)
+        progress = Progress(tc.iterations - self.start, enabled=rec.active and tc.progress)
+        for t in range(self.start, tc.iterations):
             if self.algorithm.window is None or self.algorithm.window.steps_at(t):
                 row = self._iteration(t)
                 rec.iteration(row)
@@ -252,8 +276,11 @@ class Run:
                 rec.checkpoint({"iteration": t, "step": t + 1, "dir": os.path.relpath(saved, self.run_dir)})
                 if stop:
                     raise preempt.Preempted(t + 1)
-            self.next = t + 1
-        if self.next == tc.iterations:
+            if last:
+                engine.close()
+                progress.close()
+            yield t
+        if self.start >= tc.iterations:  # a restarted worker with only the finish left: closed all the same
             engine.close()
             progress.close()
 
@@ -298,13 +325,6 @@ class Run:
         if stats.sampled:
             row["timeline"] = {"unit_ready": stats.unit_ready, "collectives": stats.events}
         return row
-
-    def pause(self) -> None:
-        """Between two chunks of loop(): the link's clock stops (comm/communicator.py)."""
-        self.comm.pause()
-
-    def resume(self) -> None:
-        self.comm.resume()
 
     # ---- 4. finish --------------------------------------------------------------------
     def finish(self) -> None:

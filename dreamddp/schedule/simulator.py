@@ -48,14 +48,14 @@ rank's forward and backward by its speed in that iteration, as the trainer
 stretches them, so a sync point waits for the slowest rank; the link model's
 rate is already the slowest uplink's (bandwidth.worker_gbps).
 
-A benchmark that interleaves runs (dreamddp/bench/worker.py) starts every turn of
-``turn`` iterations at a barrier, outside the timed iterations: ``turn`` then
-lines the ranks up at each one (each rank's link paused through its wait, as
-``Run.pause`` pauses it; the real backend's transfers done in the other runs'
-turns), so drift between the ranks is paid only at the sync points inside a
-turn, and the iteration reported is rank 0's, the rank whose record it is.
-With one iteration per turn a plan that synchronises once per window pays
-none of the ranks' drift across the window; a continuous run does.
+Runs that share the workers in turns (``Interleaving``) meet at a barrier every
+``turn`` iterations, outside the timed iterations: it lines the ranks up (each
+rank's link paused through its wait, as a run's link clock stands still outside
+its own turns; the real backend's transfers done in the other runs' turns), so
+drift between the ranks is paid only at the sync points inside a turn, and the
+iteration reported is rank 0's, the rank whose record it is.  With one
+iteration per turn a plan that synchronises once per window pays none of the
+ranks' drift across the window; a continuous run does.
 
 The link is not emptied between iterations: ops with ``lag`` (Streaming
 DiLoCo, DreamDDP's delayed merge), forward-completed ops (DeAR, DreamDDP with
@@ -73,6 +73,18 @@ import numpy as np
 
 from dreamddp.engine.plan import Plan, SyncOp, When
 from dreamddp.speed import Speeds
+
+
+@dataclass(frozen=True)
+class Interleaving:
+    """Runs trained in turns on the same workers: every ``turn`` iterations the ranks meet at a
+    barrier outside the timed iterations, and the reported iteration is rank 0's (module
+    docstring)."""
+    turn: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.turn, int) or isinstance(self.turn, bool) or self.turn < 1:
+            raise ValueError(f"Interleaving.turn must be an integer >= 1, got {self.turn!r}")
 
 
 @dataclass
@@ -156,16 +168,15 @@ class SimResult:
 def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Callable[[SyncOp], float], *,
                   H: int, iterations: int | None = None, skew: Skew | None = None, world: int = 1,
                   carrier: Carrier | None = None, carrier_at_step: bool = False,
-                  turn: int | None = None, speeds: Speeds | None = None,
+                  interleaving: Interleaving | None = None, speeds: Speeds | None = None,
                   window: Callable[[int, float, int], bool] | None = None) -> SimResult:
     """Time ``iterations`` (default: one window of ``H``) after a warm-up window of ``H``.
 
     ``duration(op)``: seconds the link takes for ``op``; ``carrier``: the real collectives
     the deferred carrier starts at a wait and their seconds (None: nothing beyond the link);
     ``carrier_at_step``: the step carrier, which also starts what is queued when an
-    iteration ends (``bandwidth.carrier=step``); ``turn``: the iterations between an
-    interleaved benchmark's barriers (module docstring; None: a continuous run, the
-    iteration the mean over ranks); ``speeds``: each rank's compute speed per iteration;
+    iteration ends (``bandwidth.carrier=step``); ``interleaving``: the run trained in turns
+    with others (None: a continuous run, the iteration the mean over ranks); ``speeds``: each rank's compute speed per iteration;
     ``window``: a timed window's rule (engine/window.py ``takes``: whether a rank computes window
     position ``pos`` after ``elapsed`` seconds and ``steps`` steps of it), each rank deciding on
     its own clock; an iteration it skips costs it nothing and is not in its mean (the trainer
@@ -177,8 +188,9 @@ def simulate_plan(plan: Callable[[int], Plan], compute: Compute, duration: Calla
     n = H if iterations is None else iterations
     if n < 1:
         raise ValueError(f"iterations must be >= 1, got {n}")
-    if turn is not None and (not isinstance(turn, int) or turn < 1):
-        raise ValueError(f"turn must be an integer >= 1 or None, got {turn!r}")
+    if interleaving is not None and not isinstance(interleaving, Interleaving):
+        raise ValueError(f"interleaving must be an Interleaving or None, got {interleaving!r}")
+    turn = None if interleaving is None else interleaving.turn
     slowed = speeds is not None and not speeds.uniform
     ranks = len(skew.factors) if skew is not None else (world if slowed else 1)
     if skew is not None and ranks != world:
