@@ -353,10 +353,37 @@ def load(path: str | os.PathLike, catalogue: Path = CATALOGUE) -> Study:
     elif not (isinstance(claims, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in claims.items())):
         f.fail("claims", "must be a list of lines or a mapping label -> claim")
     settings = f.get("settings", dict, {})
+    if runner == "gpu":
+        _gpu_settings(file, settings, [p.name for p in parts])
     return Study(path=file, name=Path(path).stem, about=about,
                  out=f.get("out", str, os.path.join("outputs", Path(path).stem)), runner=runner, parts=tuple(parts),
                  reports=tuple(reports), claims=claims, interleave_parts=f.get("interleave_parts", bool, False),
                  settings=settings)
+
+
+def _gpu_settings(file: str, settings: dict, parts: list[str]) -> None:
+    """runner gpu: ``budget_s`` and ``steps`` (name -> a pytest file, profiles, or [part, reps] pairs)."""
+    f = _Fields(file, "settings", settings, ("budget_s", "steps"))
+    f.get("budget_s", float, None, lambda v: v > 0, "must be > 0")
+    steps = f.get("steps", dict)
+    if not steps:
+        f.fail("steps", "runner gpu needs its steps")
+    for name, step in steps.items():
+        s = _Fields(file, f"settings.steps.{name}", step,
+                    ("cap_s", "pytest", "models", "precisions", "iterations", "profile_iterations", "parts"))
+        s.get("cap_s", int, None, lambda v: v > 0, "must be > 0") or s.fail("cap_s", "required")
+        if "parts" in step:
+            pairs = step["parts"]
+            if not isinstance(pairs, list) or not all(isinstance(x, list) and len(x) == 2 and x[0] in parts
+                                                      and isinstance(x[1], int) and x[1] >= 1 for x in pairs):
+                s.fail("parts", f"must be [part, repetitions] pairs of this study's parts ({', '.join(parts)})")
+        elif "precisions" in step:
+            s.strings("models") and s.strings("precisions")
+            s.get("iterations", int, None, lambda v: v >= 1, "must be >= 1") or s.fail("iterations", "required")
+            s.get("profile_iterations", int, None, lambda v: v >= 1, "must be >= 1") or \
+                s.fail("profile_iterations", "required")
+        elif not s.get("pytest", str):
+            s.fail("", "needs parts, precisions (profiles) or pytest")
 
 
 def resolve_input(study: Study, out: str, item: str) -> str:

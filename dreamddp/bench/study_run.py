@@ -26,7 +26,7 @@ from dreamddp.atomic import write_json
 from dreamddp.bench import jobs, study_reports
 from dreamddp.bench.study import Part, Study, StudyError, load
 
-QUICK = {"nproc": 2, "iterations": 12, "calibration_iterations": 6, "profile_iterations": 2}
+QUICK = {"iterations": 12, "calibration_iterations": 6, "profile_iterations": 2}  # with the tiny presets
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -42,6 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--models", nargs="+", metavar="MODEL", help="these models of the study only")
     p.add_argument("--reps", type=int, help="repetitions (default: the file's)")
     p.add_argument("--quick", action="store_true", help="tiny models and few iterations: a smoke run of the pipeline")
+    p.add_argument("--no-report", action="store_true", help="the jobs only (dreamddp-bench report makes the reports)")
     p.add_argument("--port", type=int, default=29400, help="rendezvous port of repetition 0 (k: + k)")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -189,6 +190,9 @@ def run_part(study: Study, part: Part, args, reps=None) -> None:
 def dry_run(study: Study) -> list[str]:
     """One block per job: part, model, repetition, out folder, whether --resume keeps it, its runs in order."""
     lines = [f"{study.path}: {study.about}"]
+    if study.runner == "gpu":
+        lines.append(f"(runner gpu: steps {', '.join(study.settings['steps'])} under {study.settings['budget_s']:g} s; "
+                     f"each part's records under <out>/<device>/<part>/)")
     for part in study.parts:
         r = part.regime
         lines.append(f"part {part.name or '-'} -> {part_out(study, part)} (link {r.link}, ratio {r.ratio:g}, "
@@ -209,6 +213,14 @@ def dry_run(study: Study) -> list[str]:
     return lines
 
 
+def card(study: Study, part: Part) -> None:
+    """The result card of a part's timed runs (the real link's on tc) and its loss_vs_time.png."""
+    from dreamddp.results.card import print_card
+
+    sub = "tc/runs" if part.regime.link == "tc" else "runs"
+    print_card([os.path.join(part_out(study, part), sub)], os.path.join(part_out(study, part), "loss_vs_time.png"))
+
+
 def run(study: Study, args) -> None:
     start = time.perf_counter()
     if study.interleave_parts:  # repetition k of every part before any part's k+1
@@ -219,7 +231,11 @@ def run(study: Study, args) -> None:
     else:
         for part in study.parts:
             run_part(study, part, args)
-    study_reports.write_all(study, made_by(study, args), seconds=time.perf_counter() - start)
+            card(study, part)
+    if not args.no_report:
+        for path in study_reports.write_all(study, made_by(study, args), seconds=time.perf_counter() - start):
+            print(f"bench: {path}")
+    print(f"bench: {study.path} done ({time.perf_counter() - start:.0f} s in all)")
 
 
 def main(argv=None) -> int:
@@ -232,7 +248,7 @@ def main(argv=None) -> int:
     if args.dry_run:
         print("\n".join(dry_run(study)))
         return 0
-    if study.runner == "gpu":
+    if study.runner == "gpu" and not args.parts:  # its steps; --parts runs parts as any study's
         from dreamddp.bench import gpu
 
         return gpu.run_study(study, args)
