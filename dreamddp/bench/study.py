@@ -347,7 +347,7 @@ def load(path: str | os.PathLike, catalogue: Path = CATALOGUE) -> Study:
             r.fail("ratios", "must be a list of numbers > 0")
         reports.append(Report(kind, r.get("out", str, "."), r.strings("inputs", (".",)) or (".",),
                               tuple(float(x) for x in ratios), r.get("title", str)))
-    claims = f.raw.get("claims") or ()
+    claims = f.raw.get("claims") or []
     if isinstance(claims, list) and all(isinstance(c, str) for c in claims):
         claims = tuple(claims)
     elif not (isinstance(claims, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in claims.items())):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import sys
 from pathlib import Path
 
 from dreamddp.bench.study import Report, Study, resolve_input
@@ -22,6 +23,10 @@ def write_all(study: Study, made_by: str | None, seconds: float | None = None) -
     for rep in study.reports:
         out = os.path.normpath(os.path.join(study.out, rep.out))
         inputs = [resolve_input(study, study.out, i) for i in rep.inputs]
+        missing = next((i for i in inputs if not os.path.isdir(i)), None)
+        if missing is not None:  # a study not run here (make run's outputs/, bench-tc off root)
+            print(f"report {rep.kind} -> {out}: skipped, no records in {missing}", file=sys.stderr)
+            continue
         claims = study.claims if isinstance(study.claims, dict) else None
         by = made_by or recorded_made_by(inputs)
         if rep.kind == "accuracy":
