@@ -10,7 +10,7 @@ BENCH_ARGS ?=
 BENCH := $(OFFLINE) WANDB_MODE=disabled $(VENV)/bin/dreamddp-bench
 RESULTS_CLI := $(VENV)/bin/dreamddp-results
 
-.PHONY: plan-table4 fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency bench-methods bench-unequal simulator-accuracy simulator-accuracy-tc simulator-accuracy-fast gpu
+.PHONY: plan-table4 fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency bench-methods methods-cards bench-unequal simulator-accuracy simulator-accuracy-tc simulator-accuracy-fast gpu gpu-reports
 
 # Every study is one file under runners/ (models, runs, regime, repetitions, parts, reports, claims):
 # `dreamddp-bench run runners/<study>.yaml --dry-run` lists its jobs; --resume keeps the completed ones.
@@ -44,9 +44,15 @@ simulator-accuracy-tc: venv ## the a-priori and same-job predictions against mak
 simulator-accuracy-fast: venv ## the same on a fast link (comm/backward 0.1) -> results/simulator/fast/
 	$(BENCH) run runners/accuracy_fast.yaml --out $(RESULTS)/simulator/fast $(BENCH_ARGS)
 
+methods-cards: venv ## bench-methods' reports (its sweep and cards) again from its records
+	$(BENCH) report runners/methods.yaml
+
 GPU_OUT ?= gpu_out
 gpu: venv ## on a machine with a GPU: CUDA tests, profiles, every algorithm -> gpu_out/<device>/ (copy into results/gpu/)
 	$(BENCH) run runners/gpu.yaml --out $(GPU_OUT)
+
+gpu-reports: venv ## results/gpu's reports again from its committed records (no GPU needed)
+	$(BENCH) report runners/gpu.yaml
 
 figures: venv ## tables and figures under results/ from the compact run records in results/runs
 	$(RESULTS_CLI) figures --runs $(RUNS) --out $(RESULTS)
