@@ -164,3 +164,29 @@ def test_the_methods_claims_are_keyed_by_the_runs_of_the_study():
     study = load(RUNNERS / "methods.yaml")
     labels = {r.label for p in study.parts for r in p.runs}
     assert isinstance(study.claims, dict) and set(study.claims) <= labels and "dreamddp" in study.claims
+
+
+def test_the_gpu_steps_run_the_study_files_parts_at_their_repetitions(monkeypatch, tmp_path):
+    """dreamddp-bench gpu (and run runners/gpu.yaml): each step's parts are `run --parts` calls of
+    the study file, resumed, at the step's repetitions; --smoke makes them tiny and on the CPU."""
+    from dreamddp.bench import gpu
+
+    calls = []
+
+    class Steps:
+        def __init__(self, out, budget_s):
+            pass
+
+        def __call__(self, name, cap_s, cmd):
+            calls.append((name, cmd))
+
+    monkeypatch.setattr(gpu, "Steps", Steps)
+    monkeypatch.setattr(gpu, "CARRY", tmp_path / "no-pack.tar.xz")
+    study = load(gpu.STUDY)
+    assert gpu.measure(study, str(tmp_path), 60, ["ddp", "single"], smoke=True) == 0
+    names = [name for name, _ in calls]
+    assert names == ["bench_gpt2_ddp_r3", "bench_resnet18_single_r3", "bench_gpt2_single_r3", "reports"]
+    cmd = calls[0][1]
+    assert cmd[cmd.index("run") + 1:cmd.index("run") + 4] == [study.path, "--parts", "gpt2_ddp"]
+    assert "--resume" in cmd and cmd[cmd.index("--out") + 1] == str(tmp_path / "cpu")
+    assert cmd[-3:] == ["--quick", "--set", "cluster.device=cpu"]

@@ -122,8 +122,8 @@ def _bucket(override: str, bucket_mb: float | None, label: str) -> str:
 
 
 class _Fields:
-    """Reads one mapping of the file, naming ``where`` in every refusal; ``done()`` refuses the
-    keys nobody read."""
+    """Reads one mapping of the file, naming ``where`` in every refusal; a key not in ``allowed``
+    is refused."""
 
     def __init__(self, file: str, where: str, raw, allowed: tuple[str, ...]):
         self.file, self.where = file, where
@@ -145,8 +145,7 @@ class _Fields:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
-            names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-            self.fail(key, f"must be {names}, not {value!r}")
+            self.fail(key, f"must be {kind.__name__}, not {value!r}")
         if check is not None and not check(value):
             self.fail(key, f"{why} (got {value!r})")
         return value
