@@ -190,3 +190,19 @@ def test_the_gpu_steps_run_the_study_files_parts_at_their_repetitions(monkeypatc
     assert cmd[cmd.index("run") + 1:cmd.index("run") + 4] == [study.path, "--parts", "gpt2_ddp"]
     assert "--resume" in cmd and cmd[cmd.index("--out") + 1] == str(tmp_path / "cpu")
     assert cmd[-3:] == ["--quick", "--set", "cluster.device=cpu"]
+
+
+@pytest.mark.parametrize("name", ["latency", "unequal"])
+def test_the_study_file_makes_the_jobs_its_committed_records_ran(name):
+    """The records under results/ made by these studies' last runs: each job's spec.json (the
+    code's digest aside) is what the study file makes today, so --resume under the same code
+    would keep them."""
+    import json
+
+    from dreamddp.bench.study import ROOT
+
+    for out, spec in specs(selected(RUNNERS / f"{name}.yaml")).items():
+        committed = json.loads((ROOT / out / "spec.json").read_text())
+        committed.pop("source")
+        spec.pop("source")
+        assert committed == spec, out
