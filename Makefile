@@ -47,7 +47,7 @@ lock: ## re-resolve requirements.txt in a scratch venv and pin the result in con
 # preset, an emulated link whose all-reduce of all parameters takes 7x the backward pass; prints
 # the result card (RUN_ARGS="--set train.lr=3e-4 ..." passes dreamddp-bench run options).
 run: venv ## S-SGD, FLSGD and DreamDDP side by side (2 CPU workers, slow emulated link): the result card
-	$(OFFLINE) WANDB_MODE=disabled $(VENV)/bin/dreamddp-bench run --preset quickstart --out outputs/quickstart $(RUN_ARGS)
+	$(OFFLINE) WANDB_MODE=disabled $(VENV)/bin/dreamddp-bench run runners/quickstart.yaml --out outputs/quickstart $(RUN_ARGS)
 
 # The suite without the tests marked slow (long multi-process runs that faster tests cover in
 # part) or gpu (CUDA); tests marked tc run where this host can shape links (root, tbf) and skip

@@ -1,18 +1,12 @@
 """The bookkeeping of ``dreamddp-bench accuracy``, not the simulator's accuracy itself (that is
 measured by the command and checked run by run in test_predicted_vs_measured.py): its ranking
 measures (dreamddp/bench/accuracy_measures.py), exact on hand-made rows, per configuration, by
-pairs of runs and over the repetitions' medians; and how it goes round its ratios."""
+pairs of runs and over the repetitions' medians (how the study goes round its ratios:
+test_studies.py)."""
 
 from __future__ import annotations
 
 import pytest
-
-
-@pytest.fixture()
-def study():
-    from dreamddp.bench import accuracy
-
-    return accuracy
 
 
 @pytest.fixture()
@@ -96,14 +90,3 @@ def test_the_order_over_repetitions_ignores_how_fast_the_host_ran_each_one(measu
     (over,) = measures.median_ranking(slow)
     assert (over["right"], over["right_but_ties"], over["swapped"]) == (False, True, ["b < c by 1.0%"])
     assert measures.median_ranking(slow) == measures.median_ranking(rows())
-
-
-def test_repetitions_go_round_the_ratios_and_rerun_unless_resumed(study, monkeypatch, tmp_path):
-    calls = []
-    monkeypatch.setattr(study.jobs, "run_jobs", lambda args, reps: calls.append((args.ratio, reps, args.resume)))
-    for resume in ([], ["--resume"]):
-        calls.clear()
-        with pytest.raises(SystemExit, match="no run records"):
-            study.main(["--reps", "2", "--ratios", "2", "4", "--chunk", "1", "--out", str(tmp_path), *resume])
-        assert calls == [(2.0, [0], bool(resume)), (4.0, [0], bool(resume)),
-                         (2.0, [1], bool(resume)), (4.0, [1], bool(resume))]

@@ -1,10 +1,9 @@
 """The benchmark reports' compute reference (dreamddp/bench/predict.py): the job's two compute-only
 runs pooled, their timed iterations and every rank's quantiles, exact on hand-made records; and
-the opt-in segment that runs only when ``--only`` names it."""
+flsgd_timed's window."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -77,40 +76,20 @@ def test_compute_excess_counts_forward_only_where_no_wait_falls_in_it(tmp_path, 
     assert not bp.waits_in_forward(faster) and bp.compute_excess(faster, segs) == pytest.approx(-0.02)
 
 
-def test_an_opt_in_segment_runs_only_when_named(bench_modules):
-    _, bench = bench_modules
-    args = bench.parse_args(["--models", "gpt2"])
-    labels = [s["label"] for s in bench.job_spec(args, "gpt2", 0, "out")["segments"]]
-    assert "dreamddp+delay" in labels and "dreamddp+delay+eager" not in labels
-    named = bench.job_spec(argparse.Namespace(**{**vars(args), "only": ["flsgd", "dreamddp+delay+eager"]}),
-                           "gpt2", 0, "out")["segments"]
-    assert sorted(s["label"] for s in named) == ["dreamddp+delay+eager", "flsgd"]
-    assert "bandwidth.carrier=eager" in next(s for s in named if s["label"] == "dreamddp+delay+eager")["overrides"]
+def test_the_timed_window_is_its_share_of_h_calibrated_iterations_and_calibration_runs_at_full_speed(tmp_path):
+    from dreamddp.bench import study_run
+    from dreamddp.bench.segments import calibration_overrides, segment_overrides
+    from dreamddp.bench.study import catalogue_runs, load
 
-
-def test_a_segment_on_another_schedule_needs_it_and_runs_right_after_it(bench_modules, capsys):
-    _, bench = bench_modules
-    with pytest.raises(SystemExit):
-        bench.parse_args(["--only", "dreamddp+overlap+same-schedule", "nosync@ideal"])
-    assert "name dreamddp too" in capsys.readouterr().err
-    args = bench.parse_args(["--only", "dreamddp+overlap+same-schedule", "dreamddp", "dreamddp+overlap", "nosync@ideal"])
-    for rep in range(4):  # every rotation keeps it behind the run whose schedule.json it reads
-        seg = [s["label"] for s in bench.job_spec(args, "gpt2", rep, "out")["segments"]]
-        assert seg[seg.index("dreamddp") + 1] == "dreamddp+overlap+same-schedule"
-    same = next(s for s in bench.job_spec(args, "gpt2", 0, "out")["segments"] if s["label"].endswith("same-schedule"))
-    assert same["schedule_from"] == "dreamddp" and "algo.overlap_forward=true" in same["overrides"]
-
-
-def test_the_timed_window_is_its_share_of_h_calibrated_iterations_and_calibration_runs_at_full_speed(bench_modules):
-    from dreamddp.bench.segments import WINDOW, calibration_overrides, segment_overrides
-
-    _, bench = bench_modules
-    args = bench.parse_args(["--models", "gpt2", "--H", "8", "--only", "flsgd_timed", "nosync@ideal",
-                             "--set", "cluster.worker_speed=[1,0.5]"])
-    spec = bench.job_spec(args, "gpt2", 0, "out")
+    path = tmp_path / "s.yaml"
+    path.write_text("about: x\nmodels: {gpt2: small}\nruns: [flsgd_timed, nosync@ideal]\n"
+                    "regime: {H: 8, set: ['cluster.worker_speed=[1,0.5]']}\n")
+    study = study_run.select(load(path), study_run.parse_args([str(path)]))
+    spec = study_run.job_list(study, study.parts[0], [0])[0][2]
     timed = next(s for s in spec["segments"] if s["label"] == "flsgd_timed")
     overrides = segment_overrides(spec, timed, {"gbps": 0.1, "iteration_s": 0.25})
-    assert f"algo.window_s={WINDOW * 8 * 0.25:.6g}" in overrides and "cluster.worker_speed=[1,0.5]" in overrides
+    window = catalogue_runs()["flsgd_timed"].window
+    assert f"algo.window_s={window * 8 * 0.25:.6g}" in overrides and "cluster.worker_speed=[1,0.5]" in overrides
     nosync = next(s for s in spec["segments"] if s["label"] == "nosync@ideal")
     assert not any(o.startswith("algo.window_s") for o in segment_overrides(spec, nosync, {"gbps": 0.1}))
     with pytest.raises(ValueError, match="iteration_s"):

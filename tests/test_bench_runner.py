@@ -1,5 +1,5 @@
-"""``dreamddp-bench run`` end to end on tiny models: the interleaved job, its records, the
-report, the result card, and ``--resume`` keeping a completed job instead of running it again."""
+"""``dreamddp-bench run <study>.yaml`` end to end on tiny models: the interleaved job, its records,
+the report, the result card, and ``--resume`` keeping a completed job instead of running it again."""
 
 from __future__ import annotations
 
@@ -17,14 +17,21 @@ from dist_util import free_port
 ROOT = Path(__file__).resolve().parents[1]
 SEGMENTS = ["flsgd", "dreamddp", "nosync@ideal", "ddp@ideal", "ascwfbp@ideal"]
 MEMORY = ["flsgd", "dreamddp", "nosync@ideal"]  # the segments with a memory run
-BENCH_ARGS = ["--quick", "--reps", "1", "--models", "gpt2", "--only", *SEGMENTS]
 
 
-def bench(out: Path, *extra: str) -> subprocess.CompletedProcess:
+def study(folder: Path, H: int = 10) -> Path:
+    """A study of SEGMENTS on GPT-2 (made tiny by --quick), one repetition."""
+    path = folder.parent / f"{folder.name}_H{H}.yaml"
+    path.write_text(f"about: the runner end to end\nmodels: {{gpt2: small}}\nruns: [{', '.join(SEGMENTS)}]\n"
+                    f"regime: {{H: {H}}}\nreps: 1\nreport: [{{kind: bench}}]\n")
+    return path
+
+
+def bench(out: Path, *extra: str, H: int = 10) -> subprocess.CompletedProcess:
     # A fresh port each job: back to back on the default one, a job's store once found it still
     # taken (EADDRINUSE), as it is by any other job on this host.
-    cmd = [sys.executable, "-m", "dreamddp.bench.cli", "run", *BENCH_ARGS, "--out", str(out),
-           "--port", str(free_port()), *extra]
+    cmd = [sys.executable, "-m", "dreamddp.bench.cli", "run", str(study(out, H)), "--quick",
+           "--out", str(out), "--port", str(free_port()), *extra]
     env = {**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
@@ -72,7 +79,7 @@ def test_quick_bench_writes_its_report_and_card_and_resume_keeps_the_completed_j
     # old job's records (a segment the new spec lacks must not mix into its report).
     (job / "stale").mkdir()
     (job / "stale" / "run.json").write_text(json.dumps({"status": "completed"}))
-    changed = bench(tmp_path, "--resume", "--H", "4")
+    changed = bench(tmp_path, "--resume", H=4)
     assert changed.returncode == 0, changed.stdout + changed.stderr
     assert "completed before" not in changed.stdout
     assert json.loads((job / "spec.json").read_text())["chunk"] == 4
@@ -116,53 +123,9 @@ def test_a_set_some_run_cannot_take_is_refused_before_any_job_starts(tmp_path, c
 
     out = tmp_path / "bench"
     with pytest.raises(SystemExit) as refused:
-        main(["run", *BENCH_ARGS, "--out", str(out), "--set", override])
+        main(["run", str(study(out)), "--quick", "--out", str(out), "--set", override])
     stderr = capsys.readouterr().err
     assert refused.value.code == 2
     assert stderr.strip() == next(line for line in stderr.splitlines() if line.startswith("error:"))
     assert stderr.strip().startswith(message), stderr
     assert not out.exists()
-
-
-def test_make_bench_times_every_window_position_alike_and_its_presets_stay_what_studies_ran():
-    """make bench (--preset headline): each model's timed iterations are whole H-windows (a window's
-    iterations differ in exposed wait), ResNet-18 runs at batch 32, GPT-2 at 12, and a --set still
-    wins over them; --preset compute, which the committed studies' commands ran, keeps the model
-    presets' batch and 44 iterations."""
-    from dreamddp.bench import jobs as bench_module
-    from dreamddp.run.summary import warmup_cut
-
-    for preset, want in (("headline", {"gpt2": 22, "resnet18": 33}), ("compute", {"gpt2": 44, "resnet18": 44})):
-        for model, iterations in want.items():
-            for extra in ([], ["--set", "train.batch_size=16"]):
-                args = bench_module.parse_args(["--preset", preset, "--models", model, *extra])
-                spec = bench_module.job_spec(args, model, 0, "unused")
-                assert spec["iterations"] == iterations
-                assert (iterations - warmup_cut(iterations)) % args.H == 0
-                batches = [o for o in spec["base"] if o.startswith("train.batch_size=")]
-                if extra:  # the last override wins in Hydra's composition
-                    assert batches[-1] == "train.batch_size=16"
-                else:
-                    headline = {"gpt2": ["train.batch_size=12"], "resnet18": ["train.batch_size=32"]}
-                    assert batches == (headline[model] if preset == "headline" else [])
-    args = bench_module.parse_args(["--preset", "headline", "--iterations", "12"])
-    assert bench_module.job_spec(args, "gpt2", 0, "unused")["iterations"] == 12
-
-
-def test_the_quickstart_preset_runs_three_algorithms_once_and_a_flag_given_wins():
-    from dreamddp.bench import jobs
-
-    args = jobs.parse_args(["--preset", "quickstart"])
-    assert (args.models, args.only, args.reps, args.no_memory) == (["gpt2"], ["ssgd", "flsgd", "dreamddp"], 1, True)
-    assert args.out == "outputs/bench/quickstart"
-    labels = [s["label"] for s in jobs.job_spec(args, "gpt2", 0, "unused")["segments"]]
-    assert sorted(labels) == ["dreamddp", "flsgd", "ssgd"]
-    assert jobs.parse_args(["--preset", "quickstart", "--reps", "2", "--only", "ssgd"]).reps == 2
-
-
-def test_an_unknown_segment_is_refused_naming_it(capsys):
-    from dreamddp.bench import jobs
-
-    with pytest.raises(SystemExit) as exc:
-        jobs.parse_args(["--only", "flsgd", "dreamdpd"])
-    assert exc.value.code == 2 and "--only dreamdpd: no such segment" in capsys.readouterr().err

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dreamddp.bench import gpu, gpu_profiles, jobs
+from dreamddp.bench import gpu, gpu_profiles
+from dreamddp.bench.study import load
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "results" / "gpu"
@@ -38,12 +39,16 @@ def test_bad_profile_arguments_are_one_line_errors(capsys):
     assert "expected LABEL=DIR" in capsys.readouterr().err
 
 
-def test_the_paper_preset_takes_every_paper_model_and_memory_can_be_left_out():
-    args = jobs.parse_args(["--preset", "paper", "--models", "llama2", "resnet50", "--no-memory", "--port", "29600",
-                            "--set", "cluster.device=cuda"])
-    spec = jobs.job_spec(args, "llama2", 0, "/tmp/x")
-    assert spec["memory"] is False and "model.size=paper" in spec["base"] and "cluster.device=cuda" in spec["base"]
-    assert jobs.job_spec(jobs.parse_args(["--preset", "paper", "--models", "gpt2"]), "gpt2", 0, "/tmp/x")["memory"]
+def test_the_gpu_study_takes_the_paper_models_on_cuda_and_its_steps_name_its_parts():
+    from dreamddp.bench import study_run
+
+    study = study_run.select(load(gpu.STUDY), study_run.parse_args([str(gpu.STUDY)]))
+    parts = {p.name: p for p in study.parts}
+    llama = study_run.job_list(study, parts["llama2"])[0][2]
+    assert llama["memory"] is False and "model.size=paper" in llama["base"] and "cluster.device=cuda" in llama["base"]
+    assert study_run.job_list(study, parts["gpt2"])[0][2]["memory"]
+    named = {part for step in study.settings["steps"].values() for part, _ in step.get("parts", [])}
+    assert named == set(parts) and list(study.settings["steps"]) == list(gpu.STEPS)
 
 
 @pytest.mark.parametrize("name,kind", [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"),

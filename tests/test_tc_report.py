@@ -1,11 +1,11 @@
-"""``dreamddp-bench run --link tc``'s side-by-side table and a-priori accuracy (tc_report.py),
+"""The tc study's (runners/tc.yaml) side-by-side table and a-priori accuracy (tc_report.py),
 exact on hand-made records; its option checks."""
 
 from __future__ import annotations
 
 import pytest
 
-from dreamddp.bench import jobs, tc_report
+from dreamddp.bench import tc_report
 
 
 def rec(seconds: float, wait: float = 0.0, predicted: float | None = None) -> dict:
@@ -34,14 +34,17 @@ def test_the_a_priori_error_is_each_runs_own_prediction_over_its_measurement():
     assert (row["algorithm"], row["error"]) == ("ssgd", pytest.approx(-0.1))
 
 
-def test_the_tc_link_runs_each_algorithm_alone_and_has_no_latency(capsys):
-    args = jobs.parse_args(["--link", "tc"])
-    assert "nosync@ideal" in args.only and "ddp@ideal" not in args.only and "dreamddp" in args.only
-    with pytest.raises(SystemExit):
-        jobs.parse_args(["--link", "tc", "--latency-ms", "10"])
-    assert "--latency-ms: the tc link has no latency here" in capsys.readouterr().err
-    spec = jobs.job_spec(jobs.parse_args(["--latency-ms", "10", "--only", "dreamddp", "nosync@ideal"]), "gpt2", 0, "o")
+def test_the_tc_study_runs_each_algorithm_alone_and_latency_stays_off_the_ideal_link(tmp_path):
+    from dreamddp.bench import study_run
     from dreamddp.bench.segments import segment_overrides
+    from dreamddp.bench.study import RUNNERS, load
 
+    (part,) = load(RUNNERS / "tc.yaml").parts
+    labels = [r.label for r in part.runs]
+    assert part.regime.link == "tc" and "nosync@ideal" in labels and "ddp@ideal" not in labels and "dreamddp" in labels
+    path = tmp_path / "s.yaml"
+    path.write_text("about: x\nmodels: {gpt2: small}\nruns: [dreamddp, nosync@ideal]\nregime: {latency_ms: 10}\n")
+    study = study_run.select(load(path), study_run.parse_args([str(path)]))
+    spec = study_run.job_list(study, study.parts[0], [0])[0][2]
     paced, ideal = (segment_overrides(spec, s, {"gbps": 0.1}) for s in sorted(spec["segments"], key=lambda s: s["link"]))
     assert "bandwidth.latency_ms=10.0" in paced and not any(o.startswith("bandwidth.latency") for o in ideal)

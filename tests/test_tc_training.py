@@ -28,6 +28,7 @@ from dreamddp.config import ConfigError, validate
 from test_netshape import _tc_skip_reason  # one definition of "can this host shape links"
 
 
+ROOT = Path(__file__).resolve().parents[1]
 GBPS = 0.02  # 20 Mbit/s: 2.4 MiB of tiny-GPT-2 gradients take ~1 s per all-reduce
 # dreamddp-bench link --backend tc --gbps 0.05 --workers 2 measured 1.042 here (1.056 at
 # 1 Gbit/s): TCP/IP + Ethernet headers that tbf counts and the model does not.
@@ -188,14 +189,14 @@ def test_missing_tc_binary_refused_by_the_cli_before_workers(tmp_path):
 @pytest.mark.slow
 @needs_tc
 def test_the_tc_benchmark_runs_each_algorithm_on_both_links_and_reports_them(tmp_path):
-    """dreamddp-bench run --link tc on tiny GPT-2: a calibration, then each algorithm as its own job
+    """dreamddp-bench run runners/tc.yaml on tiny GPT-2: a calibration, then each algorithm as its own job
     under tbf and emulated at the rate found, the side-by-side README and the a-priori table."""
     import json
     import subprocess
     import sys
 
     out = tmp_path / "tc"
-    done = subprocess.run([sys.executable, "-m", "dreamddp.bench.cli", "run", "--link", "tc", "--quick", "--reps", "1",
+    done = subprocess.run([sys.executable, "-m", "dreamddp.bench.cli", "run", str(ROOT / "runners" / "tc.yaml"), "--quick", "--reps", "1",
                            "--models", "gpt2", "--only", "ssgd", "flsgd", "nosync@ideal", "--out", str(out)],
                           capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

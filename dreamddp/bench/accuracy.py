@@ -1,4 +1,4 @@
-"""``dreamddp-bench accuracy``: how well the simulator predicts what the engine measures.
+"""``dreamddp-bench run runners/accuracy.yaml``: how well the simulator predicts what the engine measures.
 
 One benchmark job (dreamddp-bench run: every algorithm in one process group,
 interleaved window by window) per model and link rate, the rate set as the
@@ -16,25 +16,19 @@ error, and whether the simulator orders the algorithms as measured in every
 configuration (where it does not, the swapped pairs and how far apart they
 were measured).
 
-    dreamddp-bench accuracy --reps 3 --chunk 1 --out results/simulator   # make simulator-accuracy
-    dreamddp-bench accuracy --report-only --out results/simulator        # the README again from the records
-    dreamddp-bench accuracy --from-bench results/bench/headline          # ratio 7: make bench's own jobs
-    dreamddp-bench accuracy --real-link results/bench/tc --out results/simulator/tc   # against tc
+    dreamddp-bench run runners/accuracy.yaml        # make simulator-accuracy
+    dreamddp-bench report runners/accuracy.yaml     # the README again from the records
+    dreamddp-bench report runners/accuracy_tc.yaml  # against make bench-tc's real-link runs
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
-from dreamddp.bench import accuracy_tc
-from dreamddp.bench import jobs
 from dreamddp.bench import predict as bp
 from dreamddp.bench import regime as bench_regime
 from dreamddp.bench import report as bench_report
@@ -215,66 +209,15 @@ def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -
     write_csv(os.path.join(out, "accuracy.csv"), rows, [k for k in rows[0] if k != "regime"])  # the README has it
 
 
-def _bench_ratio(folder: str, models: list[str]) -> float:
-    """The ratio a ``make bench`` output ran at, if it is this study's kind of job (the same
-    defaults but the ratio and the repetitions, every model)."""
-    made = json.loads((Path(folder) / "runs" / "bench.json").read_text())["args"]
-    ours = vars(jobs.parse_args(["--models", *models]))
-    differs = [k for k in ("preset", "nproc", "H", "iterations", "calibration_iterations", "profile_iterations",
-                           "only", "set", "quick") if made.get(k) != ours[k]]
-    if differs or not set(models) <= set(made["models"]):
-        raise SystemExit(f"accuracy: --from-bench {folder}: not this study's job "
-                         f"({', '.join(differs) or 'models'} differ)")
-    return float(made["ratio"])
-
-
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="dreamddp-bench accuracy", description=__doc__.split("\n\n")[0])
-    p.add_argument("--ratios", nargs="+", type=float, default=[2.0, 4.0, 7.0])
-    p.add_argument("--models", nargs="+", default=["gpt2", "resnet18"])
-    p.add_argument("--reps", type=int, default=1)
-    p.add_argument("--out", default="results/simulator")
-    p.add_argument("--report-only", action="store_true", help="rebuild the README from the records in --out")
-    p.add_argument("--resume", action="store_true", help="keep the jobs already completed (dreamddp-bench run --resume)")
-    p.add_argument("--from-bench", metavar="DIR",
-                   help="a `make bench` output (results/bench/headline): the ratio it ran at is read from its records "
-                        "(every repetition) instead of being run again")
-    p.add_argument("--chunk", type=int, default=0,
-                   help="iterations of one run per turn (dreamddp-bench run --chunk; 0: one H-window)")
-    p.add_argument("--real-link", metavar="DIR",
-                   help="a `dreamddp-bench run --link tc` output: its runs' a-priori and same-job predictions against "
-                        "the real link, written to --out (accuracy_tc.py); runs nothing")
-    args = p.parse_args(argv)
-    if args.real_link:
-        print(accuracy_tc.write(args.real_link, args.out, rows_of))
-        return 0
-    start, rows = time.perf_counter(), []
-    reused = _bench_ratio(args.from_bench, args.models) if args.from_bench else None
-    ratios = [r for r in args.ratios if reused is None or r != reused]
-    folder = lambda ratio: os.path.join(args.out, f"ratio{ratio:g}")  # noqa: E731
-    # Repetitions go round the ratios (every ratio's repetition k before any's k+1), so a study
-    # stopped part way, then resumed or reported, has every ratio measured as often.
-    for k in range(0 if args.report_only else args.reps):
-        for ratio in ratios:
-            jobs.run_jobs(jobs.parse_args(["--models", *args.models, "--reps", str(args.reps), "--ratio", str(ratio),
-                                             "--chunk", str(args.chunk), "--out", folder(ratio)]
-                                            + (["--resume"] if args.resume else [])), reps=[k])
-    for ratio in args.ratios:
-        rows += rows_of(os.path.join(args.from_bench if ratio == reused else folder(ratio), "runs"), ratio)
+def remake(folder: str, ratios: list[float], out: str) -> str:
+    """The README and accuracy.csv of ``folder``'s jobs (``<folder>/ratio<r>/runs``, runners/accuracy.yaml's
+    parts), with the seconds and command its made.json keeps (written by the run)."""
+    rows = []
+    for ratio in ratios:
+        rows += rows_of(os.path.join(folder, f"ratio{ratio:g}", "runs"), ratio)
     if not rows:
-        raise SystemExit(f"accuracy: no run records under {args.out}")
-    made = Path(args.out) / "made.json"
-    if args.report_only and made.is_file():
-        made_by = json.loads(made.read_text())
-        seconds, argv = made_by["seconds"], made_by["argv"]
-    else:
-        seconds = time.perf_counter() - start
-        write_text(str(made), json.dumps({"seconds": seconds, "argv": argv}))
-    report(rows, args.out, seconds, argv)
-    print(f"{args.out}/README.md")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        raise SystemExit(f"accuracy: no run records under {folder}")
+    made = Path(out) / "made.json"
+    made_by = json.loads(made.read_text()) if made.is_file() else {"seconds": None, "argv": []}
+    report(rows, out, made_by["seconds"], made_by["argv"])
+    return os.path.join(out, "README.md")

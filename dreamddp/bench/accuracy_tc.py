@@ -1,6 +1,6 @@
-"""``dreamddp-bench accuracy --real-link DIR``: the simulator against runs on the real shaped link.
+"""runners/accuracy_tc.yaml's report (kind accuracy_tc): the simulator against runs on the real shaped link.
 
-DIR is a ``dreamddp-bench run --link tc`` output.  For each of its tc runs, two predictions of
+DIR is runners/tc.yaml's output (``regime: {link: tc}``).  For each of its tc runs, two predictions of
 the mean iteration time:
 - a-priori: the run's own ``summary.predicted``, made before it trained from its start-up
   profile and plan alone.  Nothing is tuned on these runs, so every repetition is held out.

@@ -1,12 +1,12 @@
-"""``dreamddp-bench``: one command for the benchmark's jobs.
+"""``dreamddp-bench``: one command for the benchmark's studies (runners/<study>.yaml).
 
-    dreamddp-bench run --preset quickstart        # make run
-    dreamddp-bench run --preset headline          # make bench
-    dreamddp-bench report results/bench/headline  # rebuild a report from its records
-    dreamddp-bench accuracy --reps 3 --chunk 1    # make simulator-accuracy
-    dreamddp-bench gpu --out gpu_out              # make gpu, on a machine with a GPU
-    dreamddp-bench link --backend tc --gbps 1     # gloo's all-reduce on a link vs the ring formula
-    dreamddp-bench card TIME QUALITY --out DIR     # make bench-methods' card per link rate
+    dreamddp-bench run runners/quickstart.yaml        # make run
+    dreamddp-bench run runners/headline.yaml --dry-run  # its jobs, and what --resume would keep
+    dreamddp-bench report runners/headline.yaml       # its reports again from the committed records
+    dreamddp-bench report results/bench/headline      # one folder's report from its records
+    dreamddp-bench gpu --out gpu_out                  # runners/gpu.yaml's steps, with gpu's own options
+    dreamddp-bench link --backend tc --gbps 1         # gloo's all-reduce on a link vs the ring formula
+    dreamddp-bench card TIME QUALITY --out DIR         # one methods card from two run folders
 
 ``dreamddp-bench SUBCOMMAND --help`` gives each one's options.
 """
@@ -17,14 +17,13 @@ import argparse
 import importlib
 import sys
 
-# subcommand -> (module under dreamddp.bench whose main(argv) runs it, what it does)
+# subcommand -> (module under dreamddp.bench, its function that takes argv, what it does)
 SUBCOMMANDS = {
-    "run": ("jobs", "algorithms side by side, interleaved and repeated, then the report and the result card"),
-    "report": ("rebuild", "rebuild a benchmark's README.md and bench.csv from its run records"),
-    "accuracy": ("accuracy", "the simulator's predicted iteration time against the measured one"),
-    "gpu": ("gpu", "the measurements of a lent GPU (CUDA tests, profiles, every algorithm), or their reports"),
-    "card": ("methods_card", "the methods the field moved to: time and bytes at one ratio beside quality and the papers' claims"),
-    "link": ("link", "gloo's all-reduce time under a link backend against the ring formula"),
+    "run": ("study_run", "main", "a study file's jobs (models x runs x regime x repetitions), then its reports"),
+    "report": ("study_run", "report_main", "a study's reports (or one run folder's) again from its run records"),
+    "gpu": ("gpu", "main", "the measurements of a lent GPU (CUDA tests, profiles, every algorithm), or their reports"),
+    "card": ("methods_card", "main", "the methods the field moved to: time and bytes at one ratio beside quality and the papers' claims"),
+    "link": ("link", "main", "gloo's all-reduce time under a link backend against the ring formula"),
 }
 
 
@@ -34,12 +33,12 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n".join(__doc__.split("\n")[2:10]))
     sub = p.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
-    for name, (_, help_) in SUBCOMMANDS.items():
+    for name, (_, _, help_) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
     # the subcommand's own parser takes the rest (its --help included)
     args, rest = p.parse_known_args(argv[:1])
-    module = importlib.import_module(f"dreamddp.bench.{SUBCOMMANDS[args.command][0]}")
-    return module.main(argv[1:]) or 0
+    module, function, _ = SUBCOMMANDS[args.command]
+    return getattr(importlib.import_module(f"dreamddp.bench.{module}"), function)(argv[1:]) or 0
 
 
 if __name__ == "__main__":

