@@ -1,0 +1,176 @@
+"""Replicas x shards: partial sync on FSDP2's local shards, against code nobody here wrote.
+
+One group of 4 gloo workers (one spawn for the module) runs every scenario on a tiny
+GPT-2 (vocabulary 128, 16 tokens) and a tiny Llama, each worker on its own data:
+
+- S=1 on the mesh path == the unsharded algorithm (group=None), bitwise: the mesh's
+  replicate group is then every rank, and the same all-reduces run on the same bytes;
+- R=1 (4 shards) == plain FSDP2 training (fully_shard per unit and root + the optimizer,
+  no dreamddp), bitwise: the engine only moves the local shards into its flat buffer,
+  and FSDP's reduce-scatter accumulates into a zeroed gradient (0 + g = g);
+- S-SGD on 2 x 2 == torch's HSDP (fully_shard on the 2-D mesh) to float tolerance: HSDP
+  reduce-scatters and all-reduces in one pre-divided sum, ours averages the reduce-scatter
+  output over replicas afterwards, so the float sums are ordered differently;
+- FLSGD and DiLoCo on 2 x 2: the replicas' shards agree bitwise after every full window;
+  DreamDDP (which applies the local gradient after the average) on the units each
+  iteration synced, right before its local step.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dist_util import run_workers
+
+VOCAB, TOKENS, STEPS = 128, 16, 4
+
+
+def _model(name: str):
+    from dreamddp.models import build_model
+
+    torch.manual_seed(0)
+    return build_model(name, "tiny", vocab_size=VOCAB)
+
+
+def _batch(source: int, t: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 * t + source)
+    return torch.randint(0, VOCAB, (2, TOKENS), generator=g)
+
+
+def _loss(model, x):
+    return model(input_ids=x, labels=x).loss
+
+
+def _full(model) -> dict:
+    return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+            for n, p in model.named_parameters()}
+
+
+def _local(model) -> torch.Tensor:
+    from dreamddp.engine.mesh import local_tensor
+
+    return torch.cat([local_tensor(p.detach()).reshape(-1) for p in model.parameters()])
+
+
+def _agree(x: torch.Tensor, group) -> bool:
+    """Whether ``x`` is bitwise the same on every rank of ``group`` (a collective)."""
+    import torch.distributed as dist
+
+    top = x.clone()
+    dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
+    low = x.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN, group=group)
+    return bool(torch.equal(top, x) and torch.equal(low, x))
+
+
+def _train_wrapped(rank, name, algo, R, S, *, mesh_path=True, H=2, steps=STEPS, check=None):
+    """``algo`` through dreamddp.wrap on R x S (group=None when not ``mesh_path``); returns the
+    full parameters and, with ``check``, whether the replicas' shards agreed: "window" after
+    each full window, "synced" each iteration on the units synced before its local step."""
+    import dreamddp
+    from dreamddp.config.schema import WarmupConfig
+    from dreamddp.engine.mesh import replicate_group
+    from dreamddp.engine.plan import Payload, When
+
+    mesh = dreamddp.mesh(R, S) if mesh_path else None
+    model = _model(name)
+    if mesh is not None:
+        dreamddp.shard(model, mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    cfg = dreamddp.algo_config(algo) if algo == "ssgd" else dreamddp.algo_config(algo, H=H)
+    probes = iter(range(10_000))
+    sync = dreamddp.wrap(model, opt, cfg, group=mesh, loss_fn=lambda: _loss(model, _batch(99, next(probes))),
+                         warmup=WarmupConfig(profile_iterations=1, predict_iterations=0))
+    agree = []
+    if check == "synced":  # the averages land before the local step: look at them there
+        step = opt.step
+
+        def checked_step(*a, **k):
+            flat = sync.engine.flat
+            for op in sync.engine.plan:
+                if op.payload is Payload.PARAM and op.complete is When.END_OF_BACKWARD:
+                    agree.append(_agree(flat.param_slice(op.first, op.last), replicate_group(mesh)))
+            return step(*a, **k)
+        opt.step = checked_step
+    for t in range(steps):
+        sync.begin()
+        _loss(model, _batch(rank, t)).backward()
+        sync.step()
+        if check == "window" and (t + 1) % H == 0:
+            sync.flush()
+            agree.append(_agree(_local(model), replicate_group(mesh)))
+    sync.close()
+    return _full(model), agree
+
+
+def _train_fsdp(rank, name, S, *, hsdp_R=None, steps=STEPS):
+    """The references: plain FSDP2 over all ranks (R=1), or HSDP on hsdp_R x S."""
+    import dreamddp
+    from dreamddp.engine.mesh import hsdp, shard_model
+
+    model = _model(name)
+    if hsdp_R is None:
+        shard_model(model, dreamddp.mesh(1, S))
+    else:
+        hsdp(model, dreamddp.mesh(hsdp_R, S))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for t in range(steps):
+        opt.zero_grad()
+        _loss(model, _batch(rank, t)).backward()
+        opt.step()
+    return _full(model)
+
+
+def _scenarios(rank, world):
+    out = {}
+    out["s1_mesh"] = _train_wrapped(rank, "gpt2", "flsgd", 4, 1)[0]
+    out["s1_plain"] = _train_wrapped(rank, "gpt2", "flsgd", 4, 1, mesh_path=False)[0]
+    out["r1_ours"] = _train_wrapped(rank, "llama2", "flsgd", 1, 4)[0]
+    out["r1_fsdp"] = _train_fsdp(rank, "llama2", 4)
+    out["ssgd_ours"] = _train_wrapped(rank, "gpt2", "ssgd", 2, 2)[0]
+    out["ssgd_hsdp"] = _train_fsdp(rank, "gpt2", 2, hsdp_R=2)
+    for algo in ("flsgd", "diloco"):
+        out[f"agree_{algo}"] = _train_wrapped(rank, "gpt2", algo, 2, 2, check="window")[1]
+    out["agree_dreamddp"] = _train_wrapped(rank, "gpt2", "dreamddp", 2, 2, check="synced")[1]
+    return out
+
+
+@pytest.fixture(scope="module")
+def results():
+    return run_workers(_scenarios, 4)
+
+
+def _same(a: dict, b: dict, exact: bool) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        if exact:
+            assert torch.equal(a[k], b[k]), k
+        else:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_one_shard_on_the_mesh_path_is_the_unsharded_trajectory_bitwise(results):
+    for r in results:
+        _same(r["s1_mesh"], r["s1_plain"], exact=True)
+
+
+def test_one_replica_is_plain_fsdp2_training_bitwise(results):
+    for r in results:
+        _same(r["r1_ours"], r["r1_fsdp"], exact=True)
+
+
+def test_ssgd_on_replicas_by_shards_is_torch_hsdp(results):
+    for r in results:
+        _same(r["ssgd_ours"], r["ssgd_hsdp"], exact=False)
+
+
+@pytest.mark.parametrize("algo", ["flsgd", "diloco"])
+def test_replicas_agree_after_every_full_window(results, algo):
+    for r in results:
+        assert r[f"agree_{algo}"] == [True] * (STEPS // 2)
+
+
+def test_dreamddp_units_agree_across_replicas_right_after_their_sync(results):
+    for r in results:
+        assert r["agree_dreamddp"] and all(r["agree_dreamddp"])
