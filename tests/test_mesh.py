@@ -101,7 +101,33 @@ def _train_wrapped(rank, name, algo, R, S, *, mesh_path=True, H=2, steps=STEPS, 
             sync.flush()
             agree.append(_agree(_local(model), replicate_group(mesh)))
     sync.close()
-    return _full(model), agree
+    seen = {"profile": sync.profile and dict(sync.profile.nbytes), "world": sync.engine.layout.world}
+    return _full(model), agree, seen
+
+
+def _allocated(rank, algo, R=2, S=2, steps=3):
+    """Bytes torch allocates on this rank during the last iteration (forward, backward, sync,
+    step) under ``algo`` on R x S, and this rank's flat buffer bytes (its local shards)."""
+    import dreamddp
+    from dreamddp.config.schema import WarmupConfig
+
+    mesh = dreamddp.mesh(R, S)
+    model = dreamddp.shard(_model("gpt2"), mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # stateless: no optimizer buffers
+    probes = iter(range(10_000))
+    sync = dreamddp.wrap(model, opt, dreamddp.algo_config(algo, H=2), group=mesh,
+                         loss_fn=lambda: _loss(model, _batch(99, next(probes))),
+                         warmup=WarmupConfig(profile_iterations=1, predict_iterations=0))
+    for t in range(steps):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+            sync.begin()
+            _loss(model, _batch(rank, t)).backward()
+            sync.step()
+    synced = sum(1 for op in sync.engine.plan)  # the profiled iteration did sync
+    sync.close()
+    records = prof.profiler.kineto_results.events()  # each allocation once (tests/test_engine_memory.py)
+    used = sum(r.nbytes() for r in records if r.name() == "[memory]" and r.nbytes() > 0)
+    return used, sync.engine.flat.params.numel() * 4, synced
 
 
 def _train_fsdp(rank, name, S, *, hsdp_R=None, steps=STEPS):
@@ -132,7 +158,9 @@ def _scenarios(rank, world):
     out["ssgd_hsdp"] = _train_fsdp(rank, "gpt2", 2, hsdp_R=2)
     for algo in ("flsgd", "diloco"):
         out[f"agree_{algo}"] = _train_wrapped(rank, "gpt2", algo, 2, 2, check="window")[1]
-    out["agree_dreamddp"] = _train_wrapped(rank, "gpt2", "dreamddp", 2, 2, check="synced")[1]
+    _, out["agree_dreamddp"], out["seen_dreamddp"] = _train_wrapped(rank, "gpt2", "dreamddp", 2, 2, check="synced")
+    out["mem_nosync"] = _allocated(rank, "nosync")
+    out["mem_dreamddp"] = _allocated(rank, "dreamddp")
     return out
 
 
@@ -169,6 +197,26 @@ def test_ssgd_on_replicas_by_shards_is_torch_hsdp(results):
 def test_replicas_agree_after_every_full_window(results, algo):
     for r in results:
         assert r[f"agree_{algo}"] == [True] * (STEPS // 2)
+
+
+def test_dreamddp_allocates_no_copy_of_the_local_shards(results):
+    for r in results:
+        base, shard_bytes, _ = r["mem_nosync"]
+        used, _, synced = r["mem_dreamddp"]
+        assert synced > 0
+        assert used - base < 0.01 * shard_bytes, f"dreamddp allocated {used - base} extra bytes (shards: {shard_bytes})"
+
+
+def test_the_profile_sees_each_units_local_shard_over_the_replicas(results):
+    from dreamddp.engine.units import enumerate_units
+
+    S = 2
+    expected = {}  # fully_shard's padded dim-0 chunk: ceil(rows / S) rows of each parameter
+    for u in enumerate_units(_model("gpt2")):
+        expected[u.name] = sum(-(-p.shape[0] // S) * (p.numel() // p.shape[0]) * 4 for p in u.params)
+    for r in results:
+        assert r["seen_dreamddp"]["profile"] == expected
+        assert r["seen_dreamddp"]["world"] == 2  # the replicas, not the 4 ranks
 
 
 def test_dreamddp_units_agree_across_replicas_right_after_their_sync(results):
