@@ -53,8 +53,25 @@ def check_mesh(mesh) -> None:
 
 
 def replicate_group(mesh):
-    """The process group partial sync runs over: this rank's shard in every replica."""
-    return mesh.get_group(REPLICATE)
+    """The process group partial sync runs over: this rank's shard in every replica (None,
+    the default group, without a mesh)."""
+    return None if mesh is None else mesh.get_group(REPLICATE)
+
+
+def shard_for_run(cluster, device: torch.device, model: nn.Module, units: list) -> tuple:
+    """The trainer's mesh and units: with ``cluster.shards`` > 1 the mesh is built, the model
+    sharded, and the units re-read from it in ``units``' (measured) order; else (None, units),
+    the path without a mesh."""
+    from dreamddp.engine.units import enumerate_units, reorder_units
+
+    if int(cluster.shards) == 1:
+        return None, units
+    import torch.distributed as dist
+
+    shards = int(cluster.shards)
+    mesh = build_mesh(dist.get_world_size() // shards, shards, device.type)
+    shard_model(model, mesh)
+    return mesh, reorder_units(enumerate_units(model), [u.name for u in units])
 
 
 def shards_of(mesh) -> int:

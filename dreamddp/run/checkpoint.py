@@ -185,6 +185,72 @@ class SetUp:
         self.algorithm = state["algorithm"]
 
 
+class LocalShards:
+    """A model sharded by FSDP2 (replicas x shards, engine/mesh.py): its parameters and
+    buffers saved as this rank's local shards (plain tensors, so the worker file loads with
+    weights_only) and loaded back INTO them, which stay views of the engine's flat buffer.
+    The run resumes on the same mesh (world size is checked), so no resharding is needed."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def state_dict(self) -> dict:
+        from dreamddp.engine.mesh import local_tensor
+
+        named = [*self.model.named_parameters(), *self.model.named_buffers()]
+        return {name: local_tensor(t.detach()).clone() for name, t in named}
+
+    def load_state_dict(self, state: dict) -> None:
+        from dreamddp.engine.mesh import local_tensor
+
+        named = dict([*self.model.named_parameters(), *self.model.named_buffers()])
+        if sorted(named) != sorted(state):
+            raise CheckpointError("model: the checkpoint's parameters are not this model's")
+        with torch.no_grad():
+            for name, t in named.items():
+                local_tensor(t).copy_(state[name])
+
+
+class LocalOptimizer:
+    """An optimizer over sharded parameters: its DTensor state (momentum, Adam's moments)
+    saved as local shards, and wrapped again as its parameter's DTensor on load."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def state_dict(self) -> dict:
+        from dreamddp.engine.mesh import local_tensor
+
+        saved = self.optimizer.state_dict()
+        saved["state"] = {k: {n: local_tensor(v).clone() if torch.is_tensor(v) else v for n, v in entry.items()}
+                          for k, entry in saved["state"].items()}
+        return saved
+
+    def load_state_dict(self, state: dict) -> None:
+        from torch.distributed.tensor import DTensor
+
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        state = dict(state, state=dict(state["state"]))
+        for k, entry in state["state"].items():
+            p = params[int(k)]
+            if isinstance(p, DTensor):  # a shard-shaped tensor is the parameter's shard of it
+                state["state"][k] = {n: DTensor.from_local(v, p.device_mesh, p.placements, run_check=False,
+                                                           shape=p.shape, stride=p.stride())
+                                     if torch.is_tensor(v) and v.shape == p._local_tensor.shape and v.dim() else v
+                                     for n, v in entry.items()}
+        self.optimizer.load_state_dict(state)
+
+
+def sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+    """What a checkpoint saves of the model and optimizer: themselves, or their local shards
+    where FSDP2 shards the model."""
+    from torch.distributed.tensor import DTensor
+
+    if any(isinstance(p, DTensor) for p in model.parameters()):
+        return LocalShards(model), LocalOptimizer(optimizer)
+    return model, optimizer
+
+
 def capture(state: Mapping[str, Stateful]) -> dict:
     """This worker's file content, ``{name: obj.state_dict()}``, taken after ``engine.flush()``."""
     return {name: obj.state_dict() for name, obj in state.items()}
