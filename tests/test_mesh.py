@@ -8,10 +8,15 @@ GPT-2 (vocabulary 128, 16 tokens) and a tiny Llama, each worker on its own data:
 - R=1 (4 shards) == plain FSDP2 training (fully_shard per unit and root + the optimizer,
   no dreamddp), bitwise: the engine only moves the local shards into its flat buffer,
   and FSDP's reduce-scatter accumulates into a zeroed gradient (0 + g = g);
+- FLSGD, PLSGD-ENP, DiLoCo (and its eager variant) and Streaming DiLoCo on 2 x 2 (a
+  tiny Llama: no dropout) == the same algorithm unsharded on 2 replicas, each taking its
+  two shards' micro-batches as one batch, to float tolerance (FSDP's reduce-scatter
+  averages the shards' gradients: the whole batch's gradient, summed in another order);
 - S-SGD on 2 x 2 == torch's HSDP (fully_shard on the 2-D mesh) to float tolerance: HSDP
   reduce-scatters and all-reduces in one pre-divided sum, ours averages the reduce-scatter
   output over replicas afterwards, so the float sums are ordered differently;
-- FLSGD and DiLoCo on 2 x 2: the replicas' shards agree bitwise after every full window;
+- FLSGD, DiLoCo, SparseLoCo and DES-LOC on 2 x 2: the replicas' shards agree bitwise after
+  every full window;
   DreamDDP (which applies the local gradient after the average) on the units each
   iteration synced, right before its local step.
 """
@@ -64,7 +69,8 @@ def _agree(x: torch.Tensor, group) -> bool:
     return bool(torch.equal(top, x) and torch.equal(low, x))
 
 
-def _train_wrapped(rank, name, algo, R, S, *, mesh_path=True, H=2, steps=STEPS, check=None):
+def _train_wrapped(rank, name, algo, R, S, *, mesh_path=True, H=2, steps=STEPS, check=None, group=None,
+                   batch=_batch, optimizer=torch.optim.SGD, **options):
     """``algo`` through dreamddp.wrap on R x S (group=None when not ``mesh_path``); returns the
     full parameters and, with ``check``, whether the replicas' shards agreed: "window" after
     each full window, "synced" each iteration on the units synced before its local step."""
@@ -77,10 +83,10 @@ def _train_wrapped(rank, name, algo, R, S, *, mesh_path=True, H=2, steps=STEPS, 
     model = _model(name)
     if mesh is not None:
         dreamddp.shard(model, mesh)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    cfg = dreamddp.algo_config(algo) if algo == "ssgd" else dreamddp.algo_config(algo, H=H)
+    opt = optimizer(model.parameters(), lr=0.1 if optimizer is torch.optim.SGD else 1e-3)
+    cfg = dreamddp.algo_config(algo) if algo == "ssgd" else dreamddp.algo_config(algo, H=H, **options)
     probes = iter(range(10_000))
-    sync = dreamddp.wrap(model, opt, cfg, group=mesh, loss_fn=lambda: _loss(model, _batch(99, next(probes))),
+    sync = dreamddp.wrap(model, opt, cfg, group=mesh if mesh is not None else group, loss_fn=lambda: _loss(model, _batch(99, next(probes))),
                          warmup=WarmupConfig(profile_iterations=1, predict_iterations=0))
     agree = []
     if check == "synced":  # the averages land before the local step: look at them there
@@ -95,7 +101,7 @@ def _train_wrapped(rank, name, algo, R, S, *, mesh_path=True, H=2, steps=STEPS, 
         opt.step = checked_step
     for t in range(steps):
         sync.begin()
-        _loss(model, _batch(rank, t)).backward()
+        _loss(model, batch(rank, t)).backward()
         sync.step()
         if check == "window" and (t + 1) % H == 0:
             sync.flush()
@@ -148,6 +154,33 @@ def _train_fsdp(rank, name, S, *, hsdp_R=None, steps=STEPS):
     return _full(model)
 
 
+def _replica_batch(rank, t):
+    """The unsharded reference's batch: its replica's two shards' micro-batches in one."""
+    rep = rank // 2
+    return torch.cat([_batch(2 * rep, t), _batch(2 * rep + 1, t)])
+
+
+# The parameter-averaging algorithms and recipes whose arithmetic does not depend on where
+# the shards cut the model: compared with their unsharded runs.  DreamDDP's plan comes from a
+# timed profile (its runs differ by what each measured), SparseLoCo picks top-k per 4096-element
+# chunk of the flat buffer (of local shards here), and DES-LOC's Adam turns a float-noise
+# gradient into a step of lr: those three are checked by the replicas' agreement instead.
+ON_SHARDS = {"flsgd": torch.optim.SGD, "plsgd_enp": torch.optim.SGD, "diloco": torch.optim.SGD,
+             "diloco_eager": torch.optim.SGD, "streaming_diloco": torch.optim.SGD}
+
+
+def _sharded_vs_whole(rank, algo):
+    """``algo`` on 2 x 2 (each shard its own micro-batch), and unsharded on 2 replicas each
+    taking its two shards' micro-batches at once (ranks {0, 2} and {1, 3}: two copies)."""
+    import torch.distributed as dist
+
+    sharded = _train_wrapped(rank, "llama2", algo, 2, 2, H=2, optimizer=ON_SHARDS[algo])[0]
+    mine, _ = dist.new_subgroups_by_enumeration([[0, 2], [1, 3]])
+    whole = _train_wrapped(rank, "llama2", algo, 2, 1, mesh_path=False, H=2, group=mine, batch=_replica_batch,
+                           optimizer=ON_SHARDS[algo])[0]
+    return sharded, whole
+
+
 def _scenarios(rank, world):
     out = {}
     out["s1_mesh"] = _train_wrapped(rank, "gpt2", "flsgd", 4, 1)[0]
@@ -156,11 +189,15 @@ def _scenarios(rank, world):
     out["r1_fsdp"] = _train_fsdp(rank, "llama2", 4)
     out["ssgd_ours"] = _train_wrapped(rank, "gpt2", "ssgd", 2, 2)[0]
     out["ssgd_hsdp"] = _train_fsdp(rank, "gpt2", 2, hsdp_R=2)
-    for algo in ("flsgd", "diloco"):
-        out[f"agree_{algo}"] = _train_wrapped(rank, "gpt2", algo, 2, 2, check="window")[1]
+    for algo in ("flsgd", "diloco", "sparseloco", "desloc"):
+        # DES-LOC with Adam, its moments (DTensors: their local shards) averaged every 2 and 4 steps
+        opt, kw = (torch.optim.Adam, {"moments_every": [2, 4]}) if algo == "desloc" else (torch.optim.SGD, {})
+        out[f"agree_{algo}"] = _train_wrapped(rank, "gpt2", algo, 2, 2, check="window", optimizer=opt, **kw)[1]
     _, out["agree_dreamddp"], out["seen_dreamddp"] = _train_wrapped(rank, "gpt2", "dreamddp", 2, 2, check="synced")
     out["mem_nosync"] = _allocated(rank, "nosync")
     out["mem_dreamddp"] = _allocated(rank, "dreamddp")
+    for algo in ON_SHARDS:
+        out[f"pair_{algo}"] = _sharded_vs_whole(rank, algo)
     return out
 
 
@@ -183,6 +220,16 @@ def test_one_shard_on_the_mesh_path_is_the_unsharded_trajectory_bitwise(results)
         _same(r["s1_mesh"], r["s1_plain"], exact=True)
 
 
+@pytest.mark.parametrize("algo", sorted(ON_SHARDS))
+def test_each_algorithm_on_shards_is_its_unsharded_run_on_the_replicas_whole_batches(results, algo):
+    """FSDP's reduce-scatter averages the shards' gradients: the gradient of the replica's
+    whole batch (Llama tiny: no dropout; equal token counts), summed in another order, so
+    to float tolerance."""
+    for r in results:
+        sharded, whole = r[f"pair_{algo}"]
+        _same(sharded, whole, exact=False)
+
+
 def test_one_replica_is_plain_fsdp2_training_bitwise(results):
     for r in results:
         _same(r["r1_ours"], r["r1_fsdp"], exact=True)
@@ -193,7 +240,7 @@ def test_ssgd_on_replicas_by_shards_is_torch_hsdp(results):
         _same(r["ssgd_ours"], r["ssgd_hsdp"], exact=False)
 
 
-@pytest.mark.parametrize("algo", ["flsgd", "diloco"])
+@pytest.mark.parametrize("algo", ["flsgd", "diloco", "sparseloco", "desloc"])
 def test_replicas_agree_after_every_full_window(results, algo):
     for r in results:
         assert r[f"agree_{algo}"] == [True] * (STEPS // 2)
