@@ -181,6 +181,20 @@ def _sharded_vs_whole(rank, algo):
     return sharded, whole
 
 
+def _held_bytes(rank):
+    """(this rank's, the unsharded model's) parameter and Adam-state bytes on 2 x 2."""
+    import dreamddp
+    from dreamddp.engine.mesh import rank_bytes
+
+    def stepped(model):
+        opt = torch.optim.Adam(model.parameters())
+        _loss(model, _batch(rank, 0)).backward()
+        opt.step()
+        return rank_bytes(model, opt)
+
+    return stepped(dreamddp.shard(_model("llama2"), dreamddp.mesh(2, 2))), stepped(_model("llama2"))
+
+
 def _scenarios(rank, world):
     out = {}
     out["s1_mesh"] = _train_wrapped(rank, "gpt2", "flsgd", 4, 1)[0]
@@ -196,6 +210,8 @@ def _scenarios(rank, world):
     _, out["agree_dreamddp"], out["seen_dreamddp"] = _train_wrapped(rank, "gpt2", "dreamddp", 2, 2, check="synced")
     out["mem_nosync"] = _allocated(rank, "nosync")
     out["mem_dreamddp"] = _allocated(rank, "dreamddp")
+    out["ascwfbp_ours"] = _train_wrapped(rank, "gpt2", "ascwfbp", 2, 2)[0]
+    out["bytes"] = _held_bytes(rank)
     for algo in ON_SHARDS:
         out[f"pair_{algo}"] = _sharded_vs_whole(rank, algo)
     return out
@@ -238,6 +254,20 @@ def test_one_replica_is_plain_fsdp2_training_bitwise(results):
 def test_ssgd_on_replicas_by_shards_is_torch_hsdp(results):
     for r in results:
         _same(r["ssgd_ours"], r["ssgd_hsdp"], exact=False)
+
+
+def test_ascwfbp_on_replicas_by_shards_is_torch_hsdp(results):
+    for r in results:  # its per-unit buckets launch as FSDP's reduce-scatter lands each unit's shard
+        _same(r["ascwfbp_ours"], r["ssgd_hsdp"], exact=False)
+
+
+def test_a_shard_holds_its_share_of_the_parameters_and_optimizer_state(results):
+    for shard in ((0, 1), (2, 3)):  # the two shards of each replica hold the model once between them
+        whole = results[shard[0]]["bytes"][1]
+        for key in ("param_bytes", "optimizer_bytes"):
+            held = [results[r]["bytes"][0][key] for r in shard]
+            assert sum(held) == whole[key]
+            assert max(held) <= 0.55 * whole[key]
 
 
 @pytest.mark.parametrize("algo", ["flsgd", "diloco", "sparseloco", "desloc"])

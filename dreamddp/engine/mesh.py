@@ -168,3 +168,16 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
     return t._local_tensor if isinstance(t, DTensor) else t
+
+
+def rank_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict:
+    """What this rank holds of the model: its parameters' bytes (a sharded parameter: its
+    local shard, unpadded) and, given the optimizer, the tensors of its state (momentum,
+    Adam's moments: shards too).  R x S = 2 x 2 holds about half the unsharded bytes."""
+    params = sum(local_tensor(p).numel() * p.element_size() for p in model.parameters())
+    out = {"param_bytes": params}
+    if optimizer is not None:
+        out["optimizer_bytes"] = sum(local_tensor(v).numel() * v.element_size()
+                                     for state in optimizer.state.values() for v in state.values()
+                                     if torch.is_tensor(v) and v.dim())
+    return out

@@ -87,6 +87,10 @@ def check_mesh(cluster) -> None:
     if world % cluster.shards:
         raise ConfigError(f"cluster.shards={cluster.shards}: must divide the world size {world} "
                           f"(cluster.nproc={cluster.nproc} x cluster.nnodes={cluster.nnodes})")
+    nproc = int(cluster.nproc)
+    if cluster.shards > 1 and cluster.shards % nproc and nproc % cluster.shards:
+        raise ConfigError(f"cluster.shards={cluster.shards}: a replica must be part of one node or whole nodes "
+                          f"(cluster.nproc={nproc} workers each): its FSDP traffic stays on the fast link")
     if cluster.replicas is not None:
         at_least("cluster.replicas", cluster.replicas, 1)
         if cluster.replicas * cluster.shards != world:

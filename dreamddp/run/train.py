@@ -32,7 +32,7 @@ from dreamddp.checks import at_least, choice
 from dreamddp.comm.communicator import Communicator
 from dreamddp.comm.links import build_link
 from dreamddp.data import build_data, data_args
-from dreamddp.engine.mesh import replicate_group, shard_for_run
+from dreamddp.engine.mesh import rank_bytes, replicate_group, shard_for_run
 from dreamddp.engine.units import reorder_units
 from dreamddp.models import MODELS, build_model, model_args, model_units, summarize, summary_line
 from dreamddp.models.tasks import compute_loss, evaluate
@@ -202,6 +202,7 @@ class Run:
             print(f"predicted: {1e3 * self.prediction['mean_iteration_time']:.1f} ms per iteration, exposed wait "
                   f"{1e3 * self.prediction['mean_wait']:.1f} ms (the simulator on the start-up profile)", flush=True)
         rec.set("units", [{"name": u.name, "numel": u.numel} for u in self.units])
+        rec.set("param_bytes_per_rank", rank_bytes(self.model)["param_bytes"])  # rank 0's (its shard, S > 1)
         if not self.speeds.uniform:
             rec.set("speeds", self.speeds.describe())
         rec.set("world_size", self.ctx.world_size)
