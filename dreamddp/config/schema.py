@@ -226,8 +226,8 @@ class ClusterConfig:
     # one replica that hold the model with torch's FSDP2 (fully_shard, per unit, then the
     # root; their own collectives unpaced).  replicas x shards = nproc x nnodes, and
     # rank = replica * shards + shard.  shards=1: no sharding (one worker per replica).
-    # replicas: null = world size / shards.
     shards: int = 1
+    # Replicas; null = world size / shards (given, replicas x shards must be the world size).
     replicas: Optional[int] = None
 
 
