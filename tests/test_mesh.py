@@ -195,8 +195,24 @@ def _held_bytes(rank):
     return stepped(dreamddp.shard(_model("llama2"), dreamddp.mesh(2, 2))), stepped(_model("llama2"))
 
 
+def _refusals(rank):
+    """wrap's one-line refusals on a 2 x 2 mesh: an algorithm that cannot run on shards, and a
+    model not sharded before its optimizer was built."""
+    import dreamddp
+    from dreamddp.checks import ConfigError
+
+    mesh, said = dreamddp.mesh(2, 2), []
+    for algo, shard in (("dear", True), ("flsgd", False)):
+        model = dreamddp.shard(_model("llama2"), mesh) if shard else _model("llama2")
+        try:
+            dreamddp.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algo, group=mesh)
+        except ConfigError as exc:
+            said.append(str(exc))
+    return said
+
+
 def _scenarios(rank, world):
-    out = {}
+    out = {"refusals": _refusals(rank)}
     out["s1_mesh"] = _train_wrapped(rank, "gpt2", "flsgd", 4, 1)[0]
     out["s1_plain"] = _train_wrapped(rank, "gpt2", "flsgd", 4, 1, mesh_path=False)[0]
     out["r1_ours"] = _train_wrapped(rank, "llama2", "flsgd", 1, 4)[0]
@@ -229,6 +245,13 @@ def _same(a: dict, b: dict, exact: bool) -> None:
             assert torch.equal(a[k], b[k]), k
         else:
             torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_wrap_refuses_what_cannot_run_on_shards_in_one_line(results):
+    for r in results:
+        dear, unsharded = r["refusals"]
+        assert dear.startswith("algo=dear:") and "\n" not in dear
+        assert unsharded.startswith("group=") and "dreamddp.shard" in unsharded
 
 
 def test_one_shard_on_the_mesh_path_is_the_unsharded_trajectory_bitwise(results):
