@@ -148,9 +148,13 @@ def _mesh_group(mesh, model, algo_cls):
     if meshes.shards_of(mesh) > 1:
         if algo_cls.on_shards is not None:
             raise ConfigError(f"algo={algo_cls.name}: cannot run on sharded replicas ({algo_cls.on_shards})")
-        if not all(isinstance(p, DTensor) for p in model.parameters()):
+        params = list(model.parameters())
+        if not all(isinstance(p, DTensor) for p in params):
             raise ConfigError("group=<mesh with shards>1>: shard the model first, before building the optimizer "
                               "(dreamddp.shard(model, mesh))")
+        if any(p.device_mesh.ndim > 1 for p in params):  # HSDP's own all-reduce would sync the replicas
+            raise ConfigError("group=<mesh with shards>1>: the model is sharded on both mesh dimensions (HSDP); "
+                              "shard it over the shard dimension only (dreamddp.shard(model, mesh))")
     return meshes.replicate_group(mesh)
 
 

@@ -201,9 +201,12 @@ def _refusals(rank):
     import dreamddp
     from dreamddp.checks import ConfigError
 
+    from dreamddp.engine.mesh import hsdp
+
     mesh, said = dreamddp.mesh(2, 2), []
-    for algo, shard in (("dear", True), ("flsgd", False)):
-        model = dreamddp.shard(_model("llama2"), mesh) if shard else _model("llama2")
+    sharding = {"fsdp": lambda m: dreamddp.shard(m, mesh), "none": lambda m: m, "hsdp": lambda m: hsdp(m, mesh)}
+    for algo, shard in (("dear", "fsdp"), ("flsgd", "none"), ("flsgd", "hsdp")):
+        model = sharding[shard](_model("llama2"))
         try:
             dreamddp.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algo, group=mesh)
         except ConfigError as exc:
@@ -249,9 +252,10 @@ def _same(a: dict, b: dict, exact: bool) -> None:
 
 def test_wrap_refuses_what_cannot_run_on_shards_in_one_line(results):
     for r in results:
-        dear, unsharded = r["refusals"]
+        dear, unsharded, both_dims = r["refusals"]
         assert dear.startswith("algo=dear:") and "\n" not in dear
         assert unsharded.startswith("group=") and "dreamddp.shard" in unsharded
+        assert both_dims.startswith("group=") and "HSDP" in both_dims
 
 
 def test_one_shard_on_the_mesh_path_is_the_unsharded_trajectory_bitwise(results):

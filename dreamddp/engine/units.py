@@ -42,7 +42,8 @@ class Unit:
 
 def local_numel(p: torch.Tensor) -> int:
     """Elements of ``p`` on this rank: a DTensor sharded by FSDP2 on dim 0 holds
-    ceil(rows / shards) rows (FSDP's padded chunk), a plain tensor all of them."""
+    ceil(rows / shards) rows (FSDP's padded chunk; shards: the mesh dimensions it is
+    sharded over), a plain tensor all of them."""
     from torch.distributed.tensor import DTensor
 
     if not isinstance(p, DTensor):
@@ -50,7 +51,11 @@ def local_numel(p: torch.Tensor) -> int:
     rows = p.shape[0] if p.dim() else 1
     if rows == 0:
         return 0
-    return -(-rows // p.device_mesh.size()) * (p.numel() // rows)
+    shards = 1
+    for dim, placement in enumerate(p.placements):
+        if placement.is_shard(0):
+            shards *= p.device_mesh.size(dim)
+    return -(-rows // shards) * (p.numel() // rows)
 
 
 def enumerate_units(model: nn.Module, sample_loss: Callable[[], torch.Tensor] | None = None) -> list[Unit]:
