@@ -17,7 +17,9 @@ parameter's padded local shard (FSDP's ``_sharded_param_data``, the all-gather's
 input) into the engine's flat buffer in place and points its gradient (a DTensor)
 at the flat gradient buffer, into which FSDP's reduce-scatter accumulates.  Those two
 fields are FSDP2's own (torch 2.13, ``FSDPParam.reset_sharded_param`` documents the
-first); tests/test_mesh.py checks the training trajectory against plain FSDP2.
+first); tests/test_mesh.py checks the training trajectory against plain FSDP2.  FSDP2
+runs a sharded parameter's post-accumulate-grad hooks once its reduce-scatter output
+has landed in ``.grad``, so the engine's unit-ready launches still come unit by unit.
 """
 
 from __future__ import annotations
