@@ -10,9 +10,11 @@ shards of parameters and moments, algorithm state, data position, RNG) equals A'
 
 from __future__ import annotations
 
+import pytest
+
 from cli_util import dreamddp_run, train_completed
-from dreamddp.run.checkpoint import step_dir
-from test_checkpoint import SMALL, _differences
+from dreamddp.run.checkpoint import CheckpointError, check_resume, save, step_dir
+from test_checkpoint import SMALL, _differences, _fake_run
 
 MESH = [*SMALL, "cluster.nproc=4", "cluster.shards=2", "algo=diloco", "algo.H=2"]
 
@@ -37,3 +39,13 @@ def test_cli_refuses_a_mesh_that_does_not_tile_the_world_before_any_worker(tmp_p
         assert out.returncode != 0
         assert field in out.stderr.strip().splitlines()[-1], out.stderr[-500:]
         assert not (tmp_path / "x" / "run.json").exists()
+
+
+def test_resume_refuses_a_checkpoint_of_another_mesh(tmp_path, compose_cfg):
+    for rank in (3, 2, 1, 0):  # rank 0 last: it marks the checkpoint complete
+        save(str(tmp_path), 3, rank, {}, {**_fake_run(), "world_size": 4, "cluster.shards": 2}, keep=0)
+    base = ["model=gpt2", "data=synthetic", "algo=ssgd", "train.batch_size=2", "cluster.nproc=4",
+            "train.iterations=10", f"train.resume={tmp_path}"]
+    assert check_resume(compose_cfg([*base, "cluster.shards=2"]), 4)[1] == 3
+    with pytest.raises(CheckpointError, match="cluster.shards=2, this run has cluster.shards=1"):
+        check_resume(compose_cfg(base), 4)

@@ -53,7 +53,8 @@ _PREFIX = "step-"
 # The algorithm's window and fragments and the optimizer shape the saved state too (offsets,
 # anchors, schedules, optimizer buffers); checkpoints made before 2026-11-29 do not record them,
 # so they are compared only where recorded.
-_STATE_KEYS = ("algo.H", "algo.fragments", "train.optimizer")
+# cluster.shards: a worker file holds its rank's local shards (recorded from 2026-12-04).
+_STATE_KEYS = ("algo.H", "algo.fragments", "train.optimizer", "cluster.shards")
 _CONFIG_KEYS = ("model.name", "model.size", *(f"model.{k}" for k in DIMENSIONS), "algo.name", "data.name", "seed",
                 "train.batch_size", *_STATE_KEYS)
 MUST_MATCH = (*_CONFIG_KEYS, "world_size")
@@ -208,7 +209,11 @@ class LocalShards:
             raise CheckpointError("model: the checkpoint's parameters are not this model's")
         with torch.no_grad():
             for name, t in named.items():
-                local_tensor(t).copy_(state[name])
+                mine = local_tensor(t)
+                if mine.shape != state[name].shape:
+                    raise CheckpointError(f"model: {name} is {tuple(state[name].shape)} in the checkpoint, "
+                                          f"{tuple(mine.shape)} here: saved on another mesh (cluster.shards)")
+                mine.copy_(state[name])
 
 
 class LocalOptimizer:
