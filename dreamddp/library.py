@@ -396,10 +396,13 @@ def shard(model: torch.nn.Module, mesh_) -> torch.nn.Module:
 
 def replica_difference(model: torch.nn.Module, group=None) -> float:
     """The largest difference of any parameter between two replicas (0.0: they agree bitwise);
-    a collective: every rank calls it."""
+    a collective: every rank calls it.  ``group``: as :func:`wrap`'s (a mesh: each rank's
+    shards against the same shards of the other replicas)."""
     import torch.distributed as dist
 
-    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    if group is not None and meshes.is_mesh(group):
+        group = meshes.replicate_group(group)
+    params = torch.cat([local_tensor(p.detach()).reshape(-1) for p in model.parameters()])
     spread = params.clone()
     dist.all_reduce(spread, op=dist.ReduceOp.MAX, group=group)
     spread -= params

@@ -107,6 +107,8 @@ def _train_wrapped(rank, name, algo, R, S, *, mesh_path=True, H=2, steps=STEPS, 
             sync.flush()
             agree.append(_agree(_local(model), replicate_group(mesh)))
     sync.close()
+    if check == "window":  # the library's own check agrees with ours after the last full window
+        agree.append(dreamddp.replica_difference(model, mesh) == 0.0)
     seen = {"profile": sync.profile and dict(sync.profile.nbytes), "world": sync.engine.layout.world}
     return _full(model), agree, seen
 
@@ -300,7 +302,7 @@ def test_a_shard_holds_its_share_of_the_parameters_and_optimizer_state(results):
 @pytest.mark.parametrize("algo", ["flsgd", "diloco", "sparseloco", "desloc"])
 def test_replicas_agree_after_every_full_window(results, algo):
     for r in results:
-        assert r[f"agree_{algo}"] == [True] * (STEPS // 2)
+        assert r[f"agree_{algo}"] == [True] * (STEPS // 2 + 1)
 
 
 def test_dreamddp_allocates_no_copy_of_the_local_shards(results):
