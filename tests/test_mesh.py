@@ -16,9 +16,12 @@ GPT-2 (vocabulary 128, 16 tokens) and a tiny Llama, each worker on its own data:
   reduce-scatters and all-reduces in one pre-divided sum, ours averages the reduce-scatter
   output over replicas afterwards, so the float sums are ordered differently;
 - FLSGD, DiLoCo, SparseLoCo and DES-LOC on 2 x 2: the replicas' shards agree bitwise after
-  every full window;
-  DreamDDP (which applies the local gradient after the average) on the units each
-  iteration synced, right before its local step.
+  every full window; DreamDDP and its DiLoCo and SparseLoCo recipes (which apply the local
+  gradient after the average or outer step) on the units each iteration synced, right
+  before its local step;
+- ASCWFBP on 2 x 2 == HSDP; one rank holds its share of the parameters and Adam's state;
+  DreamDDP allocates no copy of the local shards; its profile sees each unit's shard bytes
+  over the 2 replicas; wrap refuses what cannot run on shards, in one line.
 """
 
 from __future__ import annotations
@@ -95,7 +98,8 @@ def _train_wrapped(rank, name, algo, R, S, *, mesh_path=True, H=2, steps=STEPS, 
         def checked_step(*a, **k):
             flat = sync.engine.flat
             for op in sync.engine.plan:
-                if op.payload is Payload.PARAM and op.complete is When.END_OF_BACKWARD:
+                # averaged parameters, or an outer step on the averaged change: landed in place
+                if op.payload in (Payload.PARAM, Payload.OUTER) and op.complete is When.END_OF_BACKWARD and not op.lag:
                     agree.append(_agree(flat.param_slice(op.first, op.last), replicate_group(mesh)))
             return step(*a, **k)
         opt.step = checked_step
@@ -229,6 +233,8 @@ def _scenarios(rank, world):
         opt, kw = (torch.optim.Adam, {"moments_every": [2, 4]}) if algo == "desloc" else (torch.optim.SGD, {})
         out[f"agree_{algo}"] = _train_wrapped(rank, "gpt2", algo, 2, 2, check="window", optimizer=opt, **kw)[1]
     _, out["agree_dreamddp"], out["seen_dreamddp"] = _train_wrapped(rank, "gpt2", "dreamddp", 2, 2, check="synced")
+    for algo in ("dreamddp_diloco", "dreamddp_sparseloco"):
+        out[f"agree_{algo}"] = _train_wrapped(rank, "gpt2", algo, 2, 2, check="synced")[1]
     out["mem_nosync"] = _allocated(rank, "nosync")
     out["mem_dreamddp"] = _allocated(rank, "dreamddp")
     out["ascwfbp_ours"] = _train_wrapped(rank, "gpt2", "ascwfbp", 2, 2)[0]
@@ -325,6 +331,7 @@ def test_the_profile_sees_each_units_local_shard_over_the_replicas(results):
         assert r["seen_dreamddp"]["world"] == 2  # the replicas, not the 4 ranks
 
 
-def test_dreamddp_units_agree_across_replicas_right_after_their_sync(results):
+@pytest.mark.parametrize("algo", ["dreamddp", "dreamddp_diloco", "dreamddp_sparseloco"])
+def test_dreamddp_units_agree_across_replicas_right_after_their_sync(results, algo):
     for r in results:
-        assert r["agree_dreamddp"] and all(r["agree_dreamddp"])
+        assert r[f"agree_{algo}"] and all(r[f"agree_{algo}"])
