@@ -47,10 +47,12 @@ from dreamddp.comm.links import LINKS, build_link
 from dreamddp.config import CONFIG_NAME, conf_dir
 from dreamddp.config.overrides import compose_checked
 from dreamddp.config.schema import BandwidthConfig, WarmupConfig
+from dreamddp.engine import mesh as meshes
+from dreamddp.engine.mesh import local_tensor
 from dreamddp.engine.units import enumerate_units, leaf_module_names, reorder_units
 from dreamddp.warmup import Warmup, check as check_warmup
 
-__all__ = ["Sync", "algo_config", "bandwidth_config", "replica_difference", "wrap"]
+__all__ = ["Sync", "algo_config", "bandwidth_config", "mesh", "replica_difference", "shard", "wrap"]
 
 
 # ---- options: the Hydra config's dataclasses, or the names of its yaml -------------------------
@@ -135,6 +137,27 @@ def _refuse_unwrappable(cfg: AlgoConfig, algo_cls, optimizer, link_cls) -> None:
                           "launcher; in a script use the emulated link")
 
 
+def _mesh_group(mesh, model, algo_cls):
+    """The replicate process group of a (replicate, shard) mesh, the model sharded over it."""
+    from torch.distributed.tensor import DTensor
+
+    try:
+        meshes.check_mesh(mesh)
+    except ValueError as exc:
+        raise ConfigError(f"group={exc}") from None
+    if meshes.shards_of(mesh) > 1:
+        if algo_cls.on_shards is not None:
+            raise ConfigError(f"algo={algo_cls.name}: cannot run on sharded replicas ({algo_cls.on_shards})")
+        params = list(model.parameters())
+        if not all(isinstance(p, DTensor) for p in params):
+            raise ConfigError("group=<mesh with shards>1>: shard the model first, before building the optimizer "
+                              "(dreamddp.shard(model, mesh))")
+        if any(p.device_mesh.ndim > 1 for p in params):  # HSDP's own all-reduce would sync the replicas
+            raise ConfigError("group=<mesh with shards>1>: the model is sharded on both mesh dimensions (HSDP); "
+                              "shard it over the shard dimension only (dreamddp.shard(model, mesh))")
+    return meshes.replicate_group(mesh)
+
+
 class _Kept:
     """The recorder the warm-up reports to: kept on the object, no run record."""
 
@@ -183,6 +206,9 @@ class Sync:
             raise ConfigError(f"grad_clip={grad_clip}: must be >= 0 (0: off)")
         link_cls = LINKS.lookup(bandwidth.backend)
         _refuse_unwrappable(cfg, algo_cls, optimizer, link_cls)
+        self.mesh = None
+        if group is not None and meshes.is_mesh(group):  # replicas x shards: sync over the replicate group
+            self.mesh, group = group, _mesh_group(group, model, algo_cls)
         self.model, self.optimizer, self.cfg, self.bandwidth = model, optimizer, cfg, bandwidth
         device = next(model.parameters()).device
 
@@ -239,10 +265,7 @@ class Sync:
         self.algorithm = algo_cls.build(cfg, self.setup)
         self.engine.set_algorithm(self.algorithm)
         flat = self.engine.flat
-        base, size = flat.params.data_ptr(), flat.params.element_size()
-        # (parameter, its gradient's view of the flat buffer): re-attached if zero_grad dropped them
-        self._grad_views = [(p, flat.grads[(p.data_ptr() - base) // size:][: p.numel()].view_as(p))
-                            for u in units for p in u.params]
+        self._grad_views = flat.grad_views  # re-attached if zero_grad dropped them
         self._grad_ptr = flat.grads.untyped_storage().data_ptr()
         self.t = -1
         self.stats = None
@@ -323,12 +346,12 @@ class Sync:
 
     def _grads_attached(self) -> bool:
         g = self._grad_views[0][0].grad
-        return g is not None and g.untyped_storage().data_ptr() == self._grad_ptr
+        return g is not None and local_tensor(g).untyped_storage().data_ptr() == self._grad_ptr
 
     def _attach_grads(self) -> None:
         for p, view in self._grad_views:
             if p.grad is not None and p.grad is not view:
-                view.copy_(p.grad)
+                local_tensor(view).copy_(local_tensor(p.grad))
             p.grad = view
 
 
@@ -341,7 +364,10 @@ def wrap(model: torch.nn.Module, optimizer: torch.optim.Optimizer, algo: Any = "
       algorithm's Config dataclass (:func:`algo_config` makes one with options);
     - ``link``: None (ideal, no pacing), a bandwidth name (conf/bandwidth/<name>.yaml) or a
       BandwidthConfig;
-    - ``group``: the process group (None: the default group, initialised by the caller);
+    - ``group``: the process group (None: the default group, initialised by the caller), or a
+      (replicate, shard) DeviceMesh (``dreamddp.mesh(R, S)``): partial sync then runs on each
+      rank's local shards over the replicate group, the model sharded first with
+      ``dreamddp.shard(model, mesh)`` (FSDP2 over the shard dimension), then the optimizer built;
     - ``grad_clip``: clip the global gradient norm at this value in ``step()`` (``train.grad_clip``);
     - ``loss_fn``: a callable with no arguments returning the loss of a fresh batch (with its
       graph): the unit order is measured with it, and warm-ups that train (DreamDDP's profile,
@@ -356,12 +382,27 @@ def wrap(model: torch.nn.Module, optimizer: torch.optim.Optimizer, algo: Any = "
                 warmup=warmup, comm=comm)
 
 
+def mesh(replicas: int, shards: int, device_type: str = "cpu"):
+    """The (replicate, shard) DeviceMesh over the default process group (replicas x shards =
+    world size; rank = replica * shards + shard): pass it to :func:`wrap` as ``group``."""
+    return meshes.build_mesh(replicas, shards, device_type)
+
+
+def shard(model: torch.nn.Module, mesh_) -> torch.nn.Module:
+    """``model`` sharded with FSDP2 over the mesh's shard dimension (each unit, then the root;
+    unchanged with one shard).  Before building the optimizer: the parameters become DTensors."""
+    return meshes.shard_model(model, mesh_)
+
+
 def replica_difference(model: torch.nn.Module, group=None) -> float:
     """The largest difference of any parameter between two replicas (0.0: they agree bitwise);
-    a collective: every rank calls it."""
+    a collective: every rank calls it.  ``group``: as :func:`wrap`'s (a mesh: each rank's
+    shards against the same shards of the other replicas)."""
     import torch.distributed as dist
 
-    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    if group is not None and meshes.is_mesh(group):
+        group = meshes.replicate_group(group)
+    params = torch.cat([local_tensor(p.detach()).reshape(-1) for p in model.parameters()])
     spread = params.clone()
     dist.all_reduce(spread, op=dist.ReduceOp.MAX, group=group)
     spread -= params

@@ -1,6 +1,7 @@
 """Your own nn.Module, your own loop, three added calls (docs/library.md).
 
     torchrun --nproc-per-node 2 examples/own_module.py --algo diloco --iterations 20
+    torchrun --nproc-per-node 4 examples/own_module.py --algo diloco --shards 2   # 2 replicas x FSDP2 on 2
 """
 
 import argparse
@@ -28,12 +29,17 @@ def main():
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--H", type=int, default=5)
     parser.add_argument("--link", default=None)  # a conf/bandwidth name, e.g. 1gbit; default: ideal
+    parser.add_argument("--shards", type=int, default=1)  # ranks per replica, sharded with FSDP2
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    torch.manual_seed(rank)  # replicas start apart: wrap() gives every one rank 0's parameters
+    torch.manual_seed(rank // args.shards)  # replicas start apart: wrap() gives every one rank 0's parameters
     model = Net()
+    group = None
+    if args.shards > 1:  # replicas x shards: sync across replicas on each rank's shards
+        group = dreamddp.mesh(dist.get_world_size() // args.shards, args.shards)
+        model = dreamddp.shard(model, group)  # before the optimizer: the parameters become DTensors
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
 
     teacher = torch.Generator().manual_seed(0)  # one task, each rank its own samples
@@ -47,7 +53,7 @@ def main():
     def loss_of(x, y):
         return nn.functional.cross_entropy(model(x), y)
 
-    sync = dreamddp.wrap(model, optimizer, dreamddp.algo_config(args.algo, H=args.H), link=args.link,
+    sync = dreamddp.wrap(model, optimizer, dreamddp.algo_config(args.algo, H=args.H), link=args.link, group=group,
                          loss_fn=lambda: loss_of(*batch()))  # loss_fn: for DreamDDP's start-up profile
     for _ in range(args.iterations):
         sync.begin()                   # 1. before the forward
@@ -56,7 +62,7 @@ def main():
         sync.step()                    # 2. in place of optimizer.step()
     sync.close()                       # 3. what is still in flight lands
 
-    spread = dreamddp.replica_difference(model)
+    spread = dreamddp.replica_difference(model, group)
     if rank == 0:
         print(f"algo={args.algo}: final loss {loss.item():.4f} after {args.iterations} iterations")
         print(f"replicas agree: {spread == 0.0} (largest difference {spread:.2e})")

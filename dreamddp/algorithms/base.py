@@ -89,6 +89,9 @@ class Algorithm:
     syncs: ClassVar[str] = "none"
     # Why timing=late/eager cannot apply (the plan lands its syncs on a timing of its own), or None
     fixed_timing: ClassVar[str | None] = None
+    # Why it cannot run on a mesh with shards > 1 (FSDP2 inside each replica: engine/mesh.py),
+    # or None: its ops then work on each rank's local shards over the replicate group
+    on_shards: ClassVar[str | None] = None
 
     # ---- configuration and set-up (class level: before any instance exists) ----
     @classmethod

@@ -32,6 +32,7 @@ class DDPConfig(AlgoConfig):
 @ALGORITHMS.register
 class DDP(Algorithm):
     name = "ddp"
+    on_shards = "torch DDP replicates whole parameters; with shards use ssgd (= torch's HSDP)"
     Config = DDPConfig
     display = Display(0)
     syncs_itself = True

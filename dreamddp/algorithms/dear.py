@@ -79,6 +79,8 @@ class DeARConfig(AlgoConfig):
 @ALGORITHMS.register
 class DeAR(Algorithm):
     name = "dear"
+    on_shards = ("its reduce-scatter and all-gather of gradients would repeat FSDP's own inside each replica; "
+                 "use ssgd (= HSDP) or a parameter-averaging algorithm")
     Config = DeARConfig
     display = Display(30)
     uses_forward_hooks = True

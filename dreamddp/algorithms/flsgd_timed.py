@@ -55,6 +55,7 @@ class TimedConfig(AlgoConfig):
 @ALGORITHMS.register
 class FLSGDTimed(Algorithm):
     name = "flsgd_timed"
+    on_shards = "its merge weights each replica by steps through a whole-model path not written for local shards"
     Config = TimedConfig
     display = Display(45, periodic=True)
     syncs = "own"  # its merge weights each replica by its steps

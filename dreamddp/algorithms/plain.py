@@ -17,6 +17,7 @@ passthrough = lazy("dreamddp.engine.passthrough")
 @ALGORITHMS.register
 class Plain(Algorithm):
     name = "plain"
+    on_shards = "runs the bare model without the engine; use nosync for FSDP alone"
     display = Display(95)
     on_engine = False
 

@@ -221,6 +221,14 @@ class ClusterConfig:
     worker_speed: Optional[list[float]] = None
     # Random slow spells on top of worker_speed (dreamddp/speed.py); p=0 = none.
     slow_spell: SlowSpellConfig = field(default_factory=SlowSpellConfig)
+    # The 2-D device mesh, replicas x shards (dreamddp/engine/mesh.py): replicas are the
+    # sites across the slow link (partial sync, the link's pacing), shards the ranks inside
+    # one replica that hold the model with torch's FSDP2 (fully_shard, per unit, then the
+    # root; their own collectives unpaced).  replicas x shards = nproc x nnodes, and
+    # rank = replica * shards + shard.  shards=1: no sharding (one worker per replica).
+    shards: int = 1
+    # Replicas; null = world size / shards (given, replicas x shards must be the world size).
+    replicas: Optional[int] = None
 
 
 @dataclass

@@ -63,6 +63,13 @@ def _check_components(cfg: DictConfig) -> None:
     link.check(cfg.bandwidth, cfg.cluster)
     algo = ALGORITHMS.lookup(cfg.algo.name)
     algo.check(cfg.algo)
+    if cfg.cluster.shards > 1 and link.launch_workers is not None:
+        raise ConfigError(f"bandwidth.backend={cfg.bandwidth.backend}: shapes every byte a worker sends, FSDP's "
+                          f"traffic inside a replica too (cluster.shards={cfg.cluster.shards}); the emulated link "
+                          "paces the replicas' partial sync only")
+    if cfg.cluster.shards > 1 and algo.on_shards is not None:
+        raise ConfigError(f"algo={cfg.algo.name}: cannot run with cluster.shards={cfg.cluster.shards} "
+                          f"({algo.on_shards})")
     inner = algo.optimizer_name(cfg.algo, cfg.train)
     if any(cfg.algo.moments_every) and inner not in ("adam", "adamw"):
         raise ConfigError(f"algo.moments_every={list(cfg.algo.moments_every)}: averages Adam's moments; "

@@ -64,7 +64,7 @@ class PartialSyncEngine:
         self.units = units
         self.comm = comm
         self.algorithm = algorithm
-        self.flat = FlatModel(units, align_bytes)  # None: aligned as the device's own tensors are
+        self.flat = FlatModel(units, align_bytes, model)  # None: aligned as the device's own tensors are
         # grad_clip: the trainer's train.grad_clip, the one value both the plan (a plan may sync
         # for the clip norm: layout.py) and ``step`` read
         self.layout = UnitLayout(tuple(u.name for u in units), self.flat.unit_nbytes,

@@ -17,6 +17,10 @@ out bitwise equal (results/gpu/README.md, run 6); aligned, ResNet-18 came out
 bitwise equal too, under nosync and under DreamDDP (run 7).  The padding is
 zero in both buffers, so a collective over a run of units carries it
 unchanged; on the CPU, whose kernels gave the same bits packed, there is none.
+
+Given the model, parameters FSDP2 shards (engine/mesh.py) are laid out by their padded
+LOCAL shard: the flat buffers hold this rank's shards, FSDP all-gathers from them and
+reduce-scatters into them, and a run of units is still one slice (of shards).
 """
 
 from __future__ import annotations
@@ -37,8 +41,11 @@ class FlatModel:
     """Owns the flat buffers and the unit -> slice map (``align_bytes``: where each parameter may
     start, 0 for packed; default by device, above)."""
 
-    def __init__(self, units: list[Unit], align_bytes: int | None = None):
+    def __init__(self, units: list[Unit], align_bytes: int | None = None, model=None):
+        from dreamddp.engine import mesh
+
         self.units = units
+        sharded = mesh.fsdp_params(model) if model is not None else {}
         dtype = param_dtype(units)
         device = units[0].params[0].device
         if align_bytes is None:
@@ -52,17 +59,27 @@ class FlatModel:
             for p in u.params:
                 pos = aligned(pos)
                 starts.append(pos)
-                pos += p.numel()
+                fp = sharded.get(id(p))
+                pos += p.numel() if fp is None else mesh.local_numel(fp)
         self.offsets.append(aligned(pos))
         self.params = torch.zeros(self.offsets[-1], dtype=dtype, device=device)
         self.grads = torch.zeros(self.offsets[-1], dtype=dtype, device=device)
         self._all_params = [p for u in units for p in u.params]
+        # (parameter, its gradient's view of the flat buffer): re-attached where zero_grad dropped it
+        self.grad_views: list[tuple[torch.Tensor, torch.Tensor]] = []
         with torch.no_grad():
             for p, at in zip(self._all_params, starts):
+                fp = sharded.get(id(p))
+                if fp is not None:
+                    n = mesh.local_numel(fp)
+                    grad = mesh.bind_local(fp, self.params[at : at + n], self.grads[at : at + n])
+                    self.grad_views.append((p, grad))
+                    continue
                 n = p.numel()
                 self.params[at : at + n].copy_(p.detach().reshape(-1))
                 p.data = self.params[at : at + n].view_as(p)
                 p.grad = self.grads[at : at + n].view_as(p)
+                self.grad_views.append((p, p.grad))
 
     @property
     def unit_spans(self) -> tuple[int, ...]:
@@ -93,8 +110,11 @@ class FlatModel:
 
     def grads_attached(self) -> bool:
         """True when every parameter's .grad is still a view of the flat buffer."""
+        from dreamddp.engine.mesh import local_tensor
+
         base = self.grads.untyped_storage().data_ptr()
-        return all(p.grad is not None and p.grad.untyped_storage().data_ptr() == base for p in self._all_params)
+        return all(p.grad is not None and local_tensor(p.grad).untyped_storage().data_ptr() == base
+                   for p in self._all_params)
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """torch.nn.utils.clip_grad_norm_ semantics on the flat buffer, in one op; the total norm

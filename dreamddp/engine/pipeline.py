@@ -301,7 +301,10 @@ class Pipeline:
     def _launch_moments(self, engine, key, tag):
         state = engine.optimizer.state
         due = [m for m, k in zip(MOMENTS, self.every) if k > 0 and (engine.t + 1) % k == 0]
-        tensors = [state[p][m] for m in due for p in self._moment_params]
+        from dreamddp.engine.mesh import local_tensor  # torch: not at module level (the simulator's import)
+
+        # a sharded parameter's moments are DTensors: its local shard is what this rank averages
+        tensors = [local_tensor(state[p][m]) for m in due for p in self._moment_params]
         flat = torch.cat([x.reshape(-1) for x in tensors])
         self._sent[key] = (tensors, flat)
         return engine.comm.all_reduce_avg(flat, tag=tag)

@@ -1,5 +1,8 @@
 """Units: the modules that own parameters, the granularity every algorithm syncs at.
 
+On a mesh with shards (engine/mesh.py) the parameters are FSDP2's DTensors and a
+unit's size is its LOCAL shard's (padded as FSDP pads it): what partial sync sends.
+
 A unit is a module that owns parameters directly (``recurse=False``); for the
 models here these are leaf modules (the paper's "layers").  Parameters shared by
 several modules (GPT-2's tied embedding / LM head) belong to the module that
@@ -30,11 +33,29 @@ class Unit:
     index: int  # position in backward order (0 = output side)
     name: str  # module name as in ``model.named_modules()``
     params: tuple[nn.Parameter, ...]
-    numel: int
+    numel: int  # elements this rank holds (a sharded parameter: its padded local shard)
 
     @property
     def nbytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.params)
+        return self.numel * self.params[0].element_size()
+
+
+def local_numel(p: torch.Tensor) -> int:
+    """Elements of ``p`` on this rank: a DTensor sharded by FSDP2 on dim 0 holds
+    ceil(rows / shards) rows (FSDP's padded chunk; shards: the mesh dimensions it is
+    sharded over), a plain tensor all of them."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(p, DTensor):
+        return p.numel()
+    rows = p.shape[0] if p.dim() else 1
+    if rows == 0:
+        return 0
+    shards = 1
+    for dim, placement in enumerate(p.placements):
+        if placement.is_shard(0):
+            shards *= p.device_mesh.size(dim)
+    return -(-rows // shards) * (p.numel() // rows)
 
 
 def enumerate_units(model: nn.Module, sample_loss: Callable[[], torch.Tensor] | None = None) -> list[Unit]:
@@ -55,7 +76,7 @@ def enumerate_units(model: nn.Module, sample_loss: Callable[[], torch.Tensor] | 
     if sample_loss is not None:
         order = _gradient_ready_order(registered, sample_loss)
     return [
-        Unit(index=i, name=registered[k][0], params=registered[k][1], numel=sum(p.numel() for p in registered[k][1]))
+        Unit(index=i, name=registered[k][0], params=registered[k][1], numel=sum(local_numel(p) for p in registered[k][1]))
         for i, k in enumerate(order)
     ]
 

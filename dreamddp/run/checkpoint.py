@@ -53,7 +53,8 @@ _PREFIX = "step-"
 # The algorithm's window and fragments and the optimizer shape the saved state too (offsets,
 # anchors, schedules, optimizer buffers); checkpoints made before 2026-11-29 do not record them,
 # so they are compared only where recorded.
-_STATE_KEYS = ("algo.H", "algo.fragments", "train.optimizer")
+# cluster.shards: a worker file holds its rank's local shards (recorded from 2026-12-04).
+_STATE_KEYS = ("algo.H", "algo.fragments", "train.optimizer", "cluster.shards")
 _CONFIG_KEYS = ("model.name", "model.size", *(f"model.{k}" for k in DIMENSIONS), "algo.name", "data.name", "seed",
                 "train.batch_size", *_STATE_KEYS)
 MUST_MATCH = (*_CONFIG_KEYS, "world_size")
@@ -183,6 +184,76 @@ class SetUp:
     def load_state_dict(self, state: dict) -> None:
         self.link.load_setup_state(state["link"])
         self.algorithm = state["algorithm"]
+
+
+class LocalShards:
+    """A model sharded by FSDP2 (replicas x shards, engine/mesh.py): its parameters and
+    buffers saved as this rank's local shards (plain tensors, so the worker file loads with
+    weights_only) and loaded back INTO them, which stay views of the engine's flat buffer.
+    The run resumes on the same mesh (world size is checked), so no resharding is needed."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def state_dict(self) -> dict:
+        from dreamddp.engine.mesh import local_tensor
+
+        named = [*self.model.named_parameters(), *self.model.named_buffers()]
+        return {name: local_tensor(t.detach()).clone() for name, t in named}
+
+    def load_state_dict(self, state: dict) -> None:
+        from dreamddp.engine.mesh import local_tensor
+
+        named = dict([*self.model.named_parameters(), *self.model.named_buffers()])
+        if sorted(named) != sorted(state):
+            raise CheckpointError("model: the checkpoint's parameters are not this model's")
+        with torch.no_grad():
+            for name, t in named.items():
+                mine = local_tensor(t)
+                if mine.shape != state[name].shape:
+                    raise CheckpointError(f"model: {name} is {tuple(state[name].shape)} in the checkpoint, "
+                                          f"{tuple(mine.shape)} here: saved on another mesh (cluster.shards)")
+                mine.copy_(state[name])
+
+
+class LocalOptimizer:
+    """An optimizer over sharded parameters: its DTensor state (momentum, Adam's moments)
+    saved as local shards, and wrapped again as its parameter's DTensor on load."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def state_dict(self) -> dict:
+        from dreamddp.engine.mesh import local_tensor
+
+        saved = self.optimizer.state_dict()
+        saved["state"] = {k: {n: local_tensor(v).clone() if torch.is_tensor(v) else v for n, v in entry.items()}
+                          for k, entry in saved["state"].items()}
+        return saved
+
+    def load_state_dict(self, state: dict) -> None:
+        from torch.distributed.tensor import DTensor
+
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        state = dict(state, state=dict(state["state"]))
+        for k, entry in state["state"].items():
+            p = params[int(k)]
+            if isinstance(p, DTensor):  # a shard-shaped tensor is the parameter's shard of it
+                state["state"][k] = {n: DTensor.from_local(v, p.device_mesh, p.placements, run_check=False,
+                                                           shape=p.shape, stride=p.stride())
+                                     if torch.is_tensor(v) and v.shape == p._local_tensor.shape and v.dim() else v
+                                     for n, v in entry.items()}
+        self.optimizer.load_state_dict(state)
+
+
+def sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+    """What a checkpoint saves of the model and optimizer: themselves, or their local shards
+    where FSDP2 shards the model."""
+    from torch.distributed.tensor import DTensor
+
+    if any(isinstance(p, DTensor) for p in model.parameters()):
+        return LocalShards(model), LocalOptimizer(optimizer)
+    return model, optimizer
 
 
 def capture(state: Mapping[str, Stateful]) -> dict:

@@ -77,6 +77,32 @@ def check(cluster) -> None:
     if cluster.cpu_quota is not None:
         at_least("cluster.cpu_quota", cluster.cpu_quota, 0)
     speed.check(cluster)
+    check_mesh(cluster)
+
+
+def check_mesh(cluster) -> None:
+    """``cluster.replicas`` x ``cluster.shards`` must tile the world (nproc x nnodes)."""
+    world = int(cluster.nproc) * int(cluster.nnodes)
+    at_least("cluster.shards", cluster.shards, 1)
+    if world % cluster.shards:
+        raise ConfigError(f"cluster.shards={cluster.shards}: must divide the world size {world} "
+                          f"(cluster.nproc={cluster.nproc} x cluster.nnodes={cluster.nnodes})")
+    nproc = int(cluster.nproc)
+    if cluster.shards > 1 and cluster.shards % nproc and nproc % cluster.shards:
+        raise ConfigError(f"cluster.shards={cluster.shards}: a replica must be part of one node or whole nodes "
+                          f"(cluster.nproc={nproc} workers each): its FSDP traffic stays on the fast link")
+    if cluster.replicas is not None:
+        at_least("cluster.replicas", cluster.replicas, 1)
+        if cluster.replicas * cluster.shards != world:
+            raise ConfigError(f"cluster.replicas={cluster.replicas}: replicas x shards = "
+                              f"{cluster.replicas * cluster.shards}, the world size is {world} "
+                              f"(cluster.nproc={cluster.nproc} x cluster.nnodes={cluster.nnodes})")
+
+
+def mesh_shape(cluster) -> tuple[int, int]:
+    """(replicas, shards) of a checked cluster config."""
+    world = int(cluster.nproc) * int(cluster.nnodes)
+    return world // int(cluster.shards), int(cluster.shards)
 
 
 def first_host(nodelist: str) -> str:

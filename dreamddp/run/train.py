@@ -33,6 +33,7 @@ from dreamddp.checks import at_least, choice
 from dreamddp.comm.communicator import Communicator
 from dreamddp.comm.links import build_link
 from dreamddp.data import build_data, data_args
+from dreamddp.engine.mesh import rank_bytes, replicate_group, shard_for_run
 from dreamddp.engine.units import reorder_units
 from dreamddp.models import MODELS, build_model, model_args, model_units, summarize, summary_line
 from dreamddp.models.tasks import compute_loss, evaluate
@@ -134,11 +135,13 @@ class Run:
             names = [[u.name for u in self.units]]
             dist.broadcast_object_list(names, src=0)
             self.units = reorder_units(self.units, names[0])
+        # replicas x shards (cluster.shards > 1): FSDP2 inside each replica, partial sync across them
+        self.mesh, self.units = shard_for_run(cfg.cluster, ctx.device, self.model, self.units)
         self.link = build_link(cfg.bandwidth)
         # A waiting worker must not lend its core where nothing else stops it (no CPU quota).
         contended = bool(ctx.host.get("oversubscribed")) and not ctx.host.get("cpu_quota")
         late = self.algo_cls.merges_late(cfg.algo)
-        self.comm = Communicator(link=self.link, carrier=self.link.carrier(cfg.bandwidth.carrier, ctx.device, late),
+        self.comm = Communicator(replicate_group(self.mesh), link=self.link, carrier=self.link.carrier(cfg.bandwidth.carrier, ctx.device, late),
                                  hold_core=self.link.hold_core(cfg.bandwidth.hold_core, ctx.device, contended))
         # The algorithm decides what runs the model: the partial-sync engine, or DDP's own wrapper.
         self.engine, self.train_model = self.algo_cls.make_engine(self.model, self.units, self.comm, ctx, cfg=cfg.algo,
@@ -183,7 +186,8 @@ class Run:
         self.algorithm = self.algo_cls.build(cfg.algo, setup)
         self.engine.set_algorithm(self.algorithm)
         self.checkpointed = {  # what a checkpoint holds, by name; each object saves and loads itself
-            "model": self.model, "optimizer": self.optimizer, "lr_schedule": self.lr_schedule,
+            **dict(zip(("model", "optimizer"), checkpoint.sharded(self.model, self.optimizer))),
+            "lr_schedule": self.lr_schedule,
             "algorithm": self.algorithm, "data": self.data.train, "rng": checkpoint.RNGState(),
             "setup": checkpoint.SetUp(self.link, setup),
         }
@@ -199,6 +203,7 @@ class Run:
             print(f"predicted: {1e3 * self.prediction['mean_iteration_time']:.1f} ms per iteration, exposed wait "
                   f"{1e3 * self.prediction['mean_wait']:.1f} ms (the simulator on the start-up profile)", flush=True)
         rec.set("units", [{"name": u.name, "numel": u.numel} for u in self.units])
+        rec.set("param_bytes_per_rank", rank_bytes(self.model)["param_bytes"])  # rank 0's (its shard, S > 1)
         if not self.speeds.uniform:
             rec.set("speeds", self.speeds.describe())
         rec.set("world_size", self.ctx.world_size)
@@ -345,7 +350,7 @@ class Run:
         link = self.link.model()
         plan = self.algorithm.describe()
         H = int(self.cfg.algo.H)
-        res = simulate_record(profile, OmegaConf.to_container(self.cfg, resolve=True), world=self.ctx.world_size,
+        res = simulate_record(profile, OmegaConf.to_container(self.cfg, resolve=True), world=self.comm.world_size,
                               link=link, plan=plan, skew=skew_of(profile.meta.get("compute_by_rank"), profile),
                               carrier=self.link.real_transfer, carrier_at_step=self.comm.carrier == "step",
                               iterations=PREDICTED_WINDOWS * H)
