@@ -121,14 +121,16 @@ def _cuda_peak_memory(run: Run, device) -> dict:
 
 def _calibrate(ctx, spec: dict) -> dict:
     """The emulated rate at which all-reducing every parameter takes ``ratio`` x the steady
-    backward (``gbps``), and the steady full-speed iteration (``iteration_s``: a timed window's unit)."""
+    backward (``gbps``), and the steady full-speed iteration (``iteration_s``: a timed window's unit).
+    On a mesh (``cluster.shards`` > 1) a rank syncs its local shards across the replicas: its
+    units' bytes are the shards' and the ring is the replicate group's, so the ratio means the same."""
     run = _run(ctx, calibration_overrides(spec), os.path.join(spec["out"], "calibration"))
     rows = run.recorder.record.data["iterations"] if run.recorder.active else []
     measured = [steady(rows, k) for k in ("backward", "time")] if rows else [None, None]
     dist.broadcast_object_list(measured, src=0)
     backward, iteration = measured
     nbytes = sum(u.nbytes for u in run.units)
-    gbps = ring_factor("all_reduce", ctx.world_size) * nbytes * 8 / (spec["ratio"] * backward) / 1e9
+    gbps = ring_factor("all_reduce", run.comm.world_size) * nbytes * 8 / (spec["ratio"] * backward) / 1e9
     calibration = {"backward_s": backward, "iteration_s": iteration, "model_bytes": nbytes, "ratio": spec["ratio"],
                    "gbps": gbps}
     if ctx.rank == 0:
