@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dreamddp.results.card import card_rows, print_card, render
+from dreamddp.reports.card import card_rows, print_card, render
 
 
 def run(algo: str, seed: int, seconds: float, *, backend: str = "emulated", source: str = "", loss=None,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dreamddp.bench import report
-from dreamddp.results.card import render, write_card_csv
-from dreamddp.results.collect import collect
+from dreamddp.reports.card import render, write_card_csv
+from dreamddp.reports.collect import collect
 from dreamddp.schedule.compare import reference_root
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bench_small"

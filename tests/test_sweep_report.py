@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 from dreamddp.bench import report, rebuild
-from dreamddp.bench.predict import mean_iteration
+from dreamddp.reports.predict import mean_iteration
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bench_small" / "runs"
 

@@ -17,13 +17,13 @@ import argparse
 import importlib
 import sys
 
-# subcommand -> (module under dreamddp.bench whose main(argv) runs it, what it does)
+# subcommand -> (module under dreamddp.bench, or a dotted path, whose main(argv) runs it, what it does)
 SUBCOMMANDS = {
     "run": ("jobs", "algorithms side by side, interleaved and repeated, then the report and the result card"),
-    "report": ("rebuild", "rebuild a benchmark's README.md and bench.csv from its run records"),
+    "report": ("dreamddp.reports.rebuild", "rebuild a benchmark's README.md and bench.csv from its run records"),
     "accuracy": ("accuracy", "the simulator's predicted iteration time against the measured one"),
     "gpu": ("gpu", "the measurements of a lent GPU (CUDA tests, profiles, every algorithm), or their reports"),
-    "card": ("methods_card", "the methods the field moved to: time and bytes at one ratio beside quality and the papers' claims"),
+    "card": ("dreamddp.reports.methods", "the methods the field moved to: time and bytes at one ratio beside quality and the papers' claims"),
     "link": ("link", "gloo's all-reduce time under a link backend against the ring formula"),
 }
 
@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser(name, help=help_, add_help=False)
     # the subcommand's own parser takes the rest (its --help included)
     args, rest = p.parse_known_args(argv[:1])
-    module = importlib.import_module(f"dreamddp.bench.{SUBCOMMANDS[args.command][0]}")
+    name = SUBCOMMANDS[args.command][0]
+    module = importlib.import_module(name if "." in name else f"dreamddp.bench.{name}")
     return module.main(argv[1:]) or 0
 
 

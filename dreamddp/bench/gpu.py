@@ -134,15 +134,16 @@ def measure(args: argparse.Namespace) -> int:
     return 0
 
 
-def reports(gpu: Path, cpu: Path) -> list[Path]:
+def reports(gpu: Path, cpu: Path, mix: bool = False) -> list[Path]:
     """Every job's report, the profile comparisons and the side-by-side README of ``gpu``."""
-    from dreamddp.bench import gpu_profiles, gpu_report, report
+    from dreamddp.bench import gpu_profiles
+    from dreamddp.reports import write_report
     from dreamddp.schedule.compare import reference_root
 
     written = []
     for runs in sorted(gpu.glob("*/*/runs")):
         if (runs / "bench.json").is_file():
-            report.write(str(runs), str(runs.parent))
+            write_report("bench", str(runs.parent), [str(runs.parent)], mix=mix)
             written.append(runs.parent / "README.md")
     for device in sorted(p.parent for p in gpu.glob("*/profiles")):
         for model in ("gpt2", "llama2"):
@@ -155,7 +156,7 @@ def reports(gpu: Path, cpu: Path) -> list[Path]:
             if ours and gpu_profiles.main(["--model", model, "--ours", *ours, "--authors", str(authors),
                                            "--out", str(device / "profiles")]) == 0:
                 written.append(device / "profiles" / f"profiles_{model}.md")
-    written.append(gpu_report.write(gpu, cpu))
+    written += [Path(p) for p in write_report("gpu", str(gpu), [str(gpu), str(cpu)], mix=mix)]
     return written
 
 
@@ -190,6 +191,7 @@ def main(argv=None) -> int:
     p.add_argument("--reports", action="store_true", help="only rebuild the reports under --gpu from its records")
     p.add_argument("--gpu", default="results/gpu", help="with --reports: the folder to rebuild")
     p.add_argument("--cpu", default="results/bench/headline", help="with --reports: the CPU benchmark beside it")
+    p.add_argument("--mix", action="store_true", help="with --reports: allow records of different code (listed)")
     p.add_argument("--pack", action="store_true", help=f"write {CARRY} for a lent machine with no package index")
     args = p.parse_args(argv)
     if args.pack:
@@ -197,7 +199,7 @@ def main(argv=None) -> int:
     if args.reports:
         if not Path(args.gpu).is_dir():
             p.error(f"--gpu {args.gpu}: no such folder")
-        for path in reports(Path(args.gpu), Path(args.cpu)):
+        for path in reports(Path(args.gpu), Path(args.cpu), args.mix):
             print(path)
         return 0
     return measure(args)

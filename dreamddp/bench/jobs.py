@@ -8,7 +8,7 @@ repetition and per round.  The timed segments share one emulated link whose
 all-reduce of all parameters takes ``--ratio`` x the calibrated steady
 backward pass; the engine-overhead segments run on the ideal link.  The first
 repetition also measures peak tensor memory per algorithm (unless
-``--no-memory``).  Then dreamddp/bench/report.py writes ``<out>/README.md`` and
+``--no-memory``).  Then dreamddp/reports/bench.py writes ``<out>/README.md`` and
 ``bench.csv``, and the result card (dreamddp/results/card.py) is printed.
 Before the first job starts every run of every job is composed and validated
 (``check_configs``): a ``--set`` one segment cannot take is refused in one line.
@@ -45,8 +45,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dreamddp.atomic import write_json
-from dreamddp.bench import report
-from dreamddp.bench.predict import COMPUTE_ONLY
+from dreamddp.reports.predict import COMPUTE_ONLY
 from dreamddp.bench.segments import OPT_IN, SCHEDULE_FROM, calibration_overrides, segment_overrides, segments
 
 # Per model and preset: its overrides, its bucket size (DDP's 25 MB x model bytes / paper
@@ -317,22 +316,20 @@ def run_jobs(args: argparse.Namespace, reps: Iterable[int] | None = None) -> str
 
 
 def main(argv=None) -> int:
-    from dreamddp.results.card import print_card
+    from dreamddp.reports import write_report
+    from dreamddp.reports.card import print_card
 
     args = parse_args(argv)
     start = time.perf_counter()
     check_configs(args)
     if args.link == "tc":
-        from dreamddp.bench import separate, tc_report
+        from dreamddp.bench import separate
 
-        runs = separate.run_separate(args, job_spec)
-        for tree in runs:
-            report.write(tree, os.path.dirname(tree))
-        tc_report.write(args.out, runs)
-        runs = runs[0]  # the card: the real link's runs
+        runs = separate.run_separate(args, job_spec)[0]  # the card: the real link's runs
+        write_report("tc", args.out, [args.out])
     else:
         runs = run_jobs(args)
-        report.write(runs, args.out)
-    print_card([runs], os.path.join(args.out, "loss_vs_time.png"))
+        write_report("bench", args.out, [args.out])
+    print_card([runs])
     print(f"bench: {args.out}/README.md ({time.perf_counter() - start:.0f} s in all)")
     return 0

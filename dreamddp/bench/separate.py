@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from dreamddp.atomic import write_json
-from dreamddp.bench.predict import COMPUTE_ONLY
+from dreamddp.reports.predict import COMPUTE_ONLY
 from dreamddp.bench.segments import TIMED, calibration_overrides, segment_overrides, segments, steady
 from dreamddp.comm.cost import ring_factor
 

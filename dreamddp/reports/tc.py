@@ -17,11 +17,11 @@ import statistics
 from pathlib import Path
 
 from dreamddp.atomic import write_csv, write_text
-from dreamddp.bench import report
-from dreamddp.bench.predict import mean_iteration, timed_mean
+from dreamddp.reports import bench as report
+from dreamddp.reports.predict import mean_iteration, timed_mean
 from dreamddp.bench.regime import batch
 from dreamddp.bench.segments import TIMED
-from dreamddp.results.spread import fmt_spread, median_spread
+from dreamddp.reports.spread import fmt_spread, median_spread
 from dreamddp.run.summary import quantile
 
 

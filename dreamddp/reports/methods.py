@@ -20,11 +20,11 @@ import statistics
 from pathlib import Path
 
 from dreamddp.atomic import write_csv, write_text
-from dreamddp.bench import report
-from dreamddp.bench.predict import mean_iteration, timed
+from dreamddp.reports import bench as report
+from dreamddp.reports.predict import mean_iteration, timed
 from dreamddp.bench.segments import TIMED
-from dreamddp.results.spread import fmt_spread, median_spread
-from dreamddp.results.target import SMOOTH
+from dreamddp.reports.spread import fmt_spread, median_spread
+from dreamddp.reports.target import SMOOTH
 
 REFERENCE = report.REFERENCE  # DreamDDP
 # What each method's source says it does, to read the measured columns against (the issue's

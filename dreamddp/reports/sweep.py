@@ -21,10 +21,10 @@ import json
 from pathlib import Path
 
 from dreamddp.atomic import write_csv, write_text
-from dreamddp.bench import report
-from dreamddp.bench.predict import mean_iteration
+from dreamddp.reports import bench as report
+from dreamddp.reports.predict import mean_iteration
 from dreamddp.bench.segments import TIMED
-from dreamddp.results.spread import fmt_spread, median_spread
+from dreamddp.reports.spread import fmt_spread, median_spread
 
 BASELINE = "equal"
 

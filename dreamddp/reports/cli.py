@@ -21,8 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dreamddp.results.collect import collect, write_compact
-from dreamddp.results.tables import HIGHER_IS_BETTER, write_tables
+from dreamddp.reports.collect import collect, write_compact
+from dreamddp.reports.tables import HIGHER_IS_BETTER, write_tables
 
 
 def _targets(items: list[str]) -> dict:
@@ -72,20 +72,20 @@ def _parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> list[Path]:
     if args.command == "card":
-        from dreamddp.results.card import print_card
+        from dreamddp.reports.card import print_card
 
         first = Path(args.runs[0])
         figure = None if args.no_figure else args.figure or (first if first.is_dir() else first.parent) / "loss_vs_time.png"
         print_card(args.runs, figure, args.csv)
         return []
     if args.command == "index":
-        from dreamddp.results.index import write_index
+        from dreamddp.reports.index import write_index
 
         if not Path(args.results).is_dir():
             raise FileNotFoundError(f"--results {args.results}: no such folder")
         return [write_index(Path(args.results))]
     if args.command == "scheduler-reference":
-        from dreamddp.results.scheduler import reference_study
+        from dreamddp.reports.scheduler import reference_study
 
         return reference_study(Path(args.out), Path(args.profile) if args.profile else None, args.H)
     statuses = ("completed", "failed", "running", "preempted") if args.include_failed else ("completed",)
@@ -100,14 +100,14 @@ def run(args: argparse.Namespace) -> list[Path]:
     if args.command == "collect":
         return write_compact(runs, Path(args.out))
     if args.command == "wandb":
-        from dreamddp.results.wandb_table import log_tables
+        from dreamddp.reports.wandb_table import log_tables
 
         return [Path(d) for d in log_tables(runs, Path(args.dir), args.mode, args.project, args.metric, targets)]
     out = Path(args.out)
     written = write_tables(runs, out, args.metric, targets)
     if args.command == "figures":
-        from dreamddp.results.figures import make_figures
-        from dreamddp.results.scheduler import make_scheduler_figures
+        from dreamddp.reports.figures import make_figures
+        from dreamddp.reports.scheduler import make_scheduler_figures
 
         written += make_figures(runs, out) + make_scheduler_figures(runs, out)
     return written

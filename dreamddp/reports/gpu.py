@@ -12,8 +12,9 @@ import csv
 from pathlib import Path
 
 from dreamddp.atomic import write_text
-from dreamddp.bench import overhead, regime, report
-from dreamddp.results.spread import fmt_spread
+from dreamddp.bench import overhead, regime
+from dreamddp.reports import bench as report
+from dreamddp.reports.spread import fmt_spread
 
 ORDER = ("ssgd", "ascwfbp", "dear", "flsgd", "plsgd_enp", "streaming_diloco", "dreamddp", "dreamddp+overlap",
          "dreamddp+general", "dreamddp+delay")

@@ -2,6 +2,6 @@
 
 import sys
 
-from dreamddp.results.cli import main
+from dreamddp.reports.cli import main
 
 sys.exit(main())

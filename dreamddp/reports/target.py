@@ -29,11 +29,12 @@ def eval_points(run: dict, metric: str) -> list[tuple[float, float]]:
     return [(e.get("elapsed"), e.get(metric)) for e in run["evals"]]
 
 
-def train_loss_points(rows: list[dict], smooth: int = SMOOTH) -> list[tuple[float, float]]:
-    """(training seconds, training loss averaged over the last ``smooth`` iterations) per iteration."""
+def train_loss_points(rows: list, smooth: int = SMOOTH) -> list[tuple[float, float]]:
+    """(training seconds, training loss averaged over the last ``smooth`` iterations) per iteration
+    (``rows``: records.Row)."""
     out, elapsed = [], 0.0
-    losses = [r["loss"] for r in rows]
+    losses = [r.loss for r in rows]
     for i, r in enumerate(rows):
-        elapsed += r["time"]
+        elapsed += r.time
         out.append((elapsed, statistics.fmean(losses[max(0, i - smooth + 1): i + 1])))
     return out

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dreamddp.atomic import write_csv, write_text
 from dreamddp.bench.segments import TIMED
-from dreamddp.results.spread import fmt_spread, median_spread
+from dreamddp.reports.spread import fmt_spread, median_spread
 from dreamddp.run.summary import quantile
 
 TARGETS = {"median": 0.05, "p95": 0.10}  # issue 82's, on the a-priori absolute error

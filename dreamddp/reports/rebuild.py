@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dreamddp.bench import report, sweep_report, tc_report
+from dreamddp.reports import bench as report, sweep as sweep_report, tc as tc_report
 
 
 def main(argv=None) -> int:

@@ -14,36 +14,32 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from dreamddp.bench import predict as bp
+from dreamddp.reports import predict as bp
 from dreamddp.bench.overhead import engine_overhead, fmt_ms, phase_overhead
 from dreamddp.bench.regime import batch, compute_split, emulation
 from dreamddp.bench.segments import IDEAL, OPT_IN, TIMED, VARIES
 
-from dreamddp.atomic import write_csv, write_text
+from dreamddp.atomic import write_csv
 from dreamddp.engine.layout import UnitLayout
 from dreamddp.prediction import record_carrier, record_link
-from dreamddp.results.spread import fmt_spread, median_spread
-from dreamddp.results.target import time_to_target, train_loss_points
+from dreamddp.reports.render import write_readme
+from dreamddp.reports.spread import median_spread
+from dreamddp.reports import records
+from dreamddp.reports.target import time_to_target, train_loss_points
 from dreamddp.schedule.authors_model import modelled_times
 from dreamddp.schedule.compare import paper_32gpu_profile
 from dreamddp.schedule.delay import late_op
 from dreamddp.schedule.schedule_file import late_part, late_run
 
 REFERENCE = bp.REFERENCE
-AUTHORS_KEYS = {"ssgd": "sgd", "ascwfbp": "pipe_sgd", "flsgd": "localsgd", "plsgd_enp": "pipe_seq_localsgd"}
+AUTHORS_KEYS = records.authors_keys()
 
 
 def load(runs: str) -> dict:
-    """{model: {rep: {segment: run record}}} of every completed segment."""
-    out: dict = {}
-    for path in sorted(Path(runs).glob("*/rep*/*/run.json")):
-        rec = json.loads(path.read_text())
-        if rec.get("status") != "completed":
-            continue
-        model, rep, label = path.parts[-4], int(path.parts[-3][3:]), path.parts[-2]
-        rec["_dir"] = str(path.parent)
-        out.setdefault(model, {}).setdefault(rep, {})[label] = rec
-    return out
+    """{model: {rep: {segment: run record}}} of every completed segment, as the simulator's
+    record-level API takes them (the raw mapping, ``_dir`` its folder; records.bench reads them)."""
+    return {model: {rep: {label: {**r.raw, "_dir": r.path} for label, r in segs.items()} for rep, segs in reps.items()}
+            for model, reps in records.bench(runs).runs.items()}
 
 
 REFERENCES = ("dreamddp", "flsgd")  # the algorithms the side-by-side reports divide by
@@ -148,7 +144,7 @@ def times_to_target(reps: dict) -> tuple[float | None, dict]:
     """(target, {label: [seconds per repetition or None]}) on the smoothed training loss
     (results/target.py): the target is the highest final value among the timed runs, so
     every one of them reaches it."""
-    curves = {(r, label): train_loss_points(segs[label]["iterations"])
+    curves = {(r, label): train_loss_points([records.Row.of(x) for x in segs[label]["iterations"]])
               for r, segs in reps.items() for label in TIMED if label in segs}
     if not curves:  # a job of the ideal-link segments alone (--only nosync@ideal plain@ideal)
         return None, {}
@@ -159,8 +155,8 @@ def times_to_target(reps: dict) -> tuple[float | None, dict]:
     return target, out
 
 
-def model_section(model: str, reps: dict) -> tuple[list[str], list[dict]]:
-    """Markdown lines and csv rows for one model."""
+def model_section(model: str, reps: dict) -> tuple[dict, list[dict]]:
+    """The template's context and the csv rows for one model."""
     stats = per_rep(reps)
     paper = paper_ratios(model)
     ours_authors = {label: median_spread([authors_on_ours(segs).get(label) for segs in reps.values()]) for label in AUTHORS_KEYS}
@@ -169,35 +165,15 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict]]:
     some = next(iter(reps.values()))
     # the header's run: a timed one (the calibration run is shorter and has no algorithm of its own)
     rec = some.get(REFERENCE) or some.get(bp.NOSYNC) or next(r for label, r in some.items() if label != "calibration")
+    head = records.Record.of(rec, rec["_dir"])
     calib = json.loads((Path(rec["_dir"]).parent / "calibration.json").read_text())
-    world = rec["extra"]["world_size"]
     comm_backward = [s["ssgd"]["summary"]["mean_wait"] / s["ssgd"]["summary"]["mean_backward"]
                      for s in reps.values() if "ssgd" in s]
-    m = rec["extra"].get("model", {})
-    lines = [
-        f"## {model}: {rec['config']['model']['name']}/{rec['config']['model']['size']} on {rec['config']['data']['name']}, "
-        f"{batch(rec)}, {world} worker{'s' if world > 1 else ''}, "
-        f"H={rec['config']['algo']['H']}",
-        "",
-        f"{len(reps)} repetitions, {rec['summary']['iterations']} iterations per run ({rec['summary']['timed_iterations']} timed). "
-        + (f"{m['parameters'] / 1e6:.2f}M parameters, {m['edge_share']:.1%} of bytes in embeddings/head. " if m else "")
-        + (f"Emulated link {calib['gbps'] * 1e3:.2f} Mbit/s in repetition 0 (all-reduce of the {calib['model_bytes'] / 2**20:.2f} MiB "
-           f"model = {calib['ratio']:g} x the steady backward of {calib['backward_s'] * 1e3:.1f} ms); measured comm/backward "
-           f"(S-SGD's exposed wait / its backward): {fmt_spread(median_spread(comm_backward), 2)}. Alpha (one collective): "
-           f"{rec['extra']['link']['alpha_ms']:.2f} ms. " if world > 1 else "One worker: no link to emulate. ")
-        + f"{emulation(rec, some)} {compute_split(some)}",
-        "",
-    ]
-    lines += [
-        "| algorithm | iteration s | x DreamDDP (measured) | x DreamDDP (paper, modelled) | x DreamDDP (authors' model, "
-        "this profile) | bound s | bound / measured | plan, no skew / measured | predicted / measured "
-        f"| waited beyond the link model (ms) | time to loss {target:.3f} (s) | x DreamDDP (time to target) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ] if target is not None else ["No algorithm on the emulated link in this job: the engine overhead alone."]
+    ctx = {"model": model, "record": head, "batch": batch(rec), "reps": len(reps), "calib": calib,
+           "comm_backward": median_spread(comm_backward), "emulation": emulation(rec, some),
+           "compute_split": compute_split(some), "target": target, "rows": [], "varied": {}, "memory": {}}
     rows = []
-    for label in TIMED:
-        if label not in stats:
-            continue
+    for label in records.ordered(label for label in stats if label in TIMED):
         st = stats[label]
         col = lambda key: median_spread([s.get(key) for s in st])  # noqa: E731
         ratio = lambda key: median_spread([s[key] / s["measured"] for s in st if s.get(key)])  # noqa: E731
@@ -218,31 +194,16 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict]]:
                "forward_steps_charged_ms": median_spread([1e3 * s["forward_steps"][1] for s in st
                                                           if s.get("forward_steps")])}
         rows.append(row)
-        p = paper.get(label)
-        lines.append(f"| {label} | {fmt_spread(row['iteration_s'])} | {fmt_spread(row['x_dreamddp'], 2)} | "
-                     f"{'n/a' if p is None else f'{p:.2f}'} | {fmt_spread(row['authors_model_x_dreamddp'], 2)} | "
-                     f"{fmt_spread(row['bound_s'])} | "
-                     f"{fmt_spread(row['bound_over_measured'], 2)} | {fmt_spread(row['plan_over_measured'], 2)} | "
-                     f"{fmt_spread(row['predicted_over_measured'], 2)} | {fmt_spread(row['late_ms'], 1)} | "
-                     f"{fmt_spread(row['time_to_target_s'], 1)} | {fmt_spread(row['ttt_x_dreamddp'], 2)} |")
+    ctx["rows"] = rows
     ran = {label for s in reps.values() for label in s}
     bases = {label: VARIES[label] for label in TIMED if label in OPT_IN and label in ran and VARIES[label] != label}
-    varied = {f"{label} / {base}": median_spread([bp.mean_iteration(s[label]) / bp.mean_iteration(s[base]) for s in reps.values()
-                                                 if label in s and base in s])
-              for label, base in bases.items()}
-    if any(varied.values()):
-        lines += ["", "Opt-in variants over the run they vary (iteration time ratios, same job): "
-                  + "; ".join(f"{k} {fmt_spread(v, 3)}" for k, v in varied.items() if v) + "."]
-    times = {label: median_spread([bp.mean_iteration(s[label]) for s in reps.values() if label in s])
-             for label in IDEAL if label in ran or label not in OPT_IN}
-    over = engine_overhead(reps)
-    lines += ["", "Engine overhead on the ideal link (iteration time ratios, same job): "
-              + "; ".join(f"{k} {fmt_spread(v, 3)}" for k, v in over.items())
-              + ". Iteration seconds: " + ", ".join(f"{label} {fmt_spread(v, 3)}" for label, v in times.items()) + "."]
-    phases = phase_overhead(reps)
-    if phases:
-        lines += ["", "nosync less plain per phase (ms, mean per run, median over repetitions): "
-                  + "; ".join(f"{k} {fmt_ms(v)}" for k, v in phases.items()) + "."]
+    ctx["varied"] = {f"{label} / {base}": v for label, base in bases.items()
+                     if (v := median_spread([bp.mean_iteration(s[label]) / bp.mean_iteration(s[base])
+                                             for s in reps.values() if label in s and base in s]))}
+    ctx["ideal_times"] = {label: median_spread([bp.mean_iteration(s[label]) for s in reps.values() if label in s])
+                          for label in IDEAL if label in ran or label not in OPT_IN}
+    ctx["overhead"] = engine_overhead(reps)
+    ctx["phases"] = {k: fmt_ms(v) for k, v in phase_overhead(reps).items()}
     memory = {label[: -len("@memory")]: s[label]["extra"]["memory"]["peak_bytes"]
               for s in reps.values() for label in s if label.endswith("@memory")}
     if memory:
@@ -250,19 +211,14 @@ def model_section(model: str, reps: dict) -> tuple[list[str], list[dict]]:
         # events, which miss a free made on gloo's thread: dreamddp/bench/memory.py)
         notes = sorted({s[label]["extra"]["memory"].get("note") or "" for s in reps.values()
                         for label in s if label.endswith("@memory")} - {""})
-        how = "; ".join(notes) or "not recorded"
-        lines += ["", f"Peak live tensor memory per worker during training (rank 0's record: {how}; repetition 0):",
-                  "",
-                  "| algorithm | peak MiB | x plain | x nosync |", "|---|---|---|---|"]
-        for label, peak in memory.items():
-            vs = lambda ref: "n/a" if not memory.get(ref) else f"{peak / memory[ref]:.3f}"  # noqa: E731
-            lines.append(f"| {label} | {peak / 2**20:.2f} | {vs('plain@ideal')} | {vs('nosync@ideal')} |")
+        ratio = lambda peak, ref: peak / memory[ref] if memory.get(ref) else None  # noqa: E731
+        ctx["memory"] = {"how": "; ".join(notes) or "not recorded",
+                         "rows": [(label, peak / 2**20, ratio(peak, "plain@ideal"), ratio(peak, "nosync@ideal"))
+                                  for label, peak in memory.items()]}
         late = in_flight_bytes(some.get("dreamddp+delay@memory") or some.get("dreamddp+delay"))
         if late and memory.get("dreamddp+delay") and memory.get("plain@ideal"):
-            extra = memory["dreamddp+delay"] - memory["plain@ideal"]
-            lines += ["", f"dreamddp+delay over plain: {extra / 2**20:.2f} MiB; the largest set of units its plan has "
-                      f"in flight at once (merged late): {late / 2**20:.2f} MiB (one copy each with merge_delay=1)."]
-    return lines, rows
+            ctx["memory"]["delay"] = ((memory["dreamddp+delay"] - memory["plain@ideal"]) / 2**20, late / 2**20)
+    return ctx, rows
 
 
 def _flag(name: str, value) -> str:
@@ -280,71 +236,35 @@ def made_by(args: dict) -> str:
     return "dreamddp-bench run " + " ".join(flags)
 
 
-def write(runs: str, out: str, data: dict | None = None) -> list[dict]:
-    """``out``/README.md and bench.csv from the records under ``runs`` (``data``: ``load(runs)``
-    where the caller has it); returns the table's rows (medians with their spread)."""
-    made = json.loads((Path(runs) / "bench.json").read_text())
-    args = made["args"]
+def write(runs: str, out: str, data: dict | None = None, *, title: str | None = None, made_by_line: str | None = None,
+          mix: bool = False, figure: bool = True) -> list[dict]:
+    """``out``/README.md (the result card first, then each model's details), bench.csv and the
+    card's loss_vs_time.png from the records under ``runs`` (``data``: ``load(runs)`` where the
+    caller has it); returns the table's rows (medians with their spread)."""
+    from dreamddp.reports import card
+
+    found = records.bench(runs)
+    if not (Path(runs) / "bench.json").is_file():
+        raise SystemExit(f"report: {runs}: no bench.json (not a folder dreamddp-bench run wrote)")
+    mixed = records.check_provenance(found.records(), mix, f"report {out}")
+    args = found.args
     data = load(runs) if data is None else data
     seconds = sum(job_seconds(segs) for reps in data.values() for segs in reps.values())
-    lines = [f"# Benchmark: algorithms side by side (`--preset {args.get('preset', 'compute')}`)", "",
-             f"Made by `{made_by(args)}` ({seconds / 60:.0f} min of jobs on this host, each from its first record's "
-             "start to its last one's end); rebuilt by `dreamddp-bench report` from the run records. Numbers are "
-             "medians over repetitions with the min-max spread in brackets; every ratio is taken inside one "
-             "repetition (one job: the same processes, one link rate) before its median. Run records: "
-             "`runs/<model>/rep<k>/<segment>/run.json`.", ""]
-    rows = []
+    sections, rows = [], []
     for model, reps in data.items():
         section, model_rows = model_section(model, reps)
-        lines += section + [""]
+        sections.append(section)
         rows += model_rows
     chunk = int(args.get("chunk") or 0)
     interleave = "one H-window" if chunk in (0, int(args.get("H") or 0)) else \
         ("one iteration" if chunk == 1 else f"{chunk} iterations")
-    lines += [_READING.replace("{interleave}", interleave)]
-    write_text(os.path.join(out, "README.md"), "\n".join(lines) + "\n")
+    shown = [r for r in found.records() if r.label in TIMED]
+    write_readme(out, "bench.md.j2", title=title or f"Benchmark: algorithms side by side (`--preset {args.get('preset', 'compute')}`)",
+                 mixed=mixed, made_by=made_by_line or made_by(args), minutes=seconds / 60, interleave=interleave,
+                 cards=card.card_tables(shown) if shown else [], sections=sections)
     if rows:
         write_csv(os.path.join(out, "bench.csv"), [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()}
                                                    for r in rows])
+    if figure and shown:
+        card.write_figure(shown, Path(out) / "loss_vs_time.png")
     return rows
-
-
-_READING = """## How to read it
-
-- *x DreamDDP (measured)*: the algorithm's mean iteration time over DreamDDP's in the same job;
-  *(paper, modelled)*: the same ratio under the authors' cost model on their A6000 profile with the
-  paper's 32-GPU multipliers (dreamddp/schedule/compare.py PAPER_32GPU), which charges ASC-WFBP a
-  fixed 60% of its communication and ignores the forward pass; *(authors' model, this profile)*:
-  their model on this job's own per-unit profile and link, so the gap to the measured ratio is
-  what leaving the forward pass (and the step) out of the model overstates.
-- *bound*: the least iteration time any plan of the algorithm's kind could take on this job's
-  profile and link (dreamddp/bench/predict.py): for DreamDDP the least exposed wait any plan its
-  scheduler searches leaves: one contiguous run of units per iteration for the paper's scheduler
-  (the exact optimum over such splits), any assignment of units to iterations for
-  `algo.scheduler=general` (the units ready last and needed first cannot be hidden; with
-  overlap_forward, until their next forward; with the delayed merge, only a link busier than the
-  whole iteration would show); for the others their own plan with every rank computing alike.
-  *plan, no skew*: the same for the plan the run actually ran (its schedule).
-- *predicted*: the simulator (dreamddp/schedule/simulator.py) on the job's own measurements: the
-  DreamDDP segment's per-unit profile, the steady compute of the two compute-only segments
-  (nosync@ideal and plain@ideal, pooled: one run's compute drifts with the host) and every rank's
-  compute per iteration in them (whole measured iterations, every rank's together where the records keep
-  the series: a sync point waits for the slowest rank), the link as recorded, the run's plan,
-  and the real transfer its deferred carrier runs at the first wait (gloo's all-reduces probed at
-  the run's start-up, `extra.link.real_transfer_ms`; what of it runs on past the wait, or, with
-  the step carrier, past an iteration's end, takes the worker's core from the compute after it).
-- Runs are interleaved {interleave} at a time inside each job, so every algorithm samples the
-  same slow and fast spells of the host; the link's clock of the runs not training is paused.
-- *waited beyond the link model*: in the sampled iterations, how long after its modelled deadline
-  the iteration's last collective completed (the slowest worker and gloo's own transfer).
-- *time to loss*: training seconds (sum of iteration times) until the training loss, averaged
-  over the last 10 iterations, first reaches the target: the highest final such loss among the
-  timed runs, so every run reaches it (dreamddp/results/target.py).
-- dreamddp+overlap runs DreamDDP with the averages finishing behind the next forward
-  (`algo.overlap_forward=true`; its record's `extra.schedule.source` says "for overlap_forward"
-  where the schedule was planned for that; records made before the scheduler was ran
-  DreamDDP's schedule, planned for the end of backward, as the opt-in
-  dreamddp+overlap+same-schedule does);
-  dreamddp+general profiles and schedules with `algo.scheduler=general`; dreamddp+delay with
-  `algo.merge_delay=1`.
-"""

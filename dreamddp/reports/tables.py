@@ -23,7 +23,7 @@ from typing import Iterable, Optional
 from dreamddp.algorithms import ALGORITHMS
 from dreamddp.atomic import write_csv as atomic_csv
 from dreamddp.atomic import write_text
-from dreamddp.results.target import eval_points, time_to_target
+from dreamddp.reports.target import eval_points, time_to_target
 
 # Studies whose runs only profile (two training steps): their timings make no table.
 PROFILE_ONLY = ("scheduler",)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from dreamddp.results.tables import COLUMNS, PROFILE_ONLY, speedup_rows
+from dreamddp.reports.tables import COLUMNS, PROFILE_ONLY, speedup_rows
 
 
 def log_tables(runs: list[dict], directory: Path, mode: str = "offline", project: str = "dreamddp",

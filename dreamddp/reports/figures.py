@@ -25,7 +25,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
 from dreamddp.algorithms import ALGORITHMS  # noqa: E402
-from dreamddp.results.tables import algo_label, algo_order, h_of, link_label, workers  # noqa: E402
+from dreamddp.reports.tables import algo_label, algo_order, h_of, link_label, workers  # noqa: E402
 
 _COLORS = dict(zip(sorted(ALGORITHMS, key=algo_order), plt.get_cmap("tab10").colors))
 _STYLES = {5: ":", 10: "-", 20: "--"}

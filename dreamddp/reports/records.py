@@ -1,0 +1,273 @@
+"""The typed reader of run records and benchmark folders: the one place a report reads a record's keys.
+
+A run record (``run.json``, dreamddp/run/record.py; or its compact copy, collect.py) becomes a
+``Record``: its label, algorithm (name and the options that make it a variant), model, bandwidth,
+world size, status, provenance, typed iteration rows, evaluations, memory, profile, prediction and
+the rest of ``extra``.  A benchmark folder (``dreamddp-bench run``'s ``<dir>/runs/``: spec.json and
+bench.json beside ``<model>/rep<k>/<label>/run.json``) becomes a ``Bench``.
+
+Bytes, one definition: a report's bytes are *wire bytes per worker per iteration*, what this worker
+puts on the link (compressed payloads at their encoded size), as the link, the simulator and the
+engine's ``wire_bytes`` charge them: ``ring_factor(kind, n) x`` the collective's flat tensor.  A
+row's ``bytes`` is that flat tensor's size (the *payload*), which is not what is sent: an all-reduce
+on n workers sends 2(n-1)/n of it (1x at 2 workers), an all-gather (n-1)/n of the gathered buffer,
+which holds every worker's payload.  That is why top-k on GPT-2 at ratio 7 recorded 0.060 MiB of
+``bytes`` per iteration and the methods card 0.030 wire MiB: its compressed payloads travel by
+all-gather, and at 2 workers a worker sends half of the gathered buffer (its own part).  Reports
+show ``wire_mib`` (``Record.wire_per_iteration``); where the payload helps it is its own column
+named "payload MiB/it".  Records made before the engine kept ``wire_bytes`` count ``bytes`` (their
+algorithms all-reduced, at 2 workers the same figure).
+
+Provenance: old records carry ``git_sha`` alone; newer ones a ``provenance`` mapping
+(git_sha, dirty, source digest).  ``check_provenance`` refuses records of different code in one
+report unless it is asked to mix them, and then names each version and its runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dreamddp.algorithms import ALGORITHMS
+from dreamddp.reports.target import SMOOTH
+from dreamddp.run.summary import warmup_cut
+
+
+# ---- naming: the one algorithm order and the one variant namer every report uses ----
+
+def _display(name: str | None):
+    cls = ALGORITHMS.get(name) if name else None
+    return None if cls is None else cls.display
+
+
+def variant(algo: dict) -> str:
+    """A run's algorithm as reports name it (``config.algo`` -> dreamddp+overlap, a recipe's name):
+    the algorithm's own ``variant`` (dreamddp/algorithms), the name a user types to run it."""
+    cls = ALGORITHMS.get(algo["name"])
+    return cls.variant(algo) if cls is not None else algo["name"]
+
+
+def order(label: str, algo: str | None = None) -> tuple:
+    """Sort key of a row label: its algorithm's display order (the part before "+", "@" or " ",
+    else the record's ``algo`` name), then the label; unknown ones last."""
+    display = _display(re.split(r"[+@ ]", label, maxsplit=1)[0]) or _display(algo)
+    return (display.order if display is not None else 10**6, label)
+
+
+def ordered(labels) -> list[str]:
+    return sorted(dict.fromkeys(labels), key=order)
+
+
+def periodic(name: str) -> bool:
+    display = _display(name)
+    return bool(display and display.periodic)
+
+
+def authors_keys() -> dict[str, str]:
+    """{algorithm: the DreamDDP artifact's name for it} (modelled_times.json), DreamDDP's own left out."""
+    keys = {name: _display(name).authors_key for name in ALGORITHMS if _display(name).authors_key}
+    return {k: v for k, v in sorted(keys.items(), key=lambda kv: order(kv[0])) if k != "dreamddp"}
+
+
+def authors_key(label: str) -> str | None:
+    """The DreamDDP artifact's name for an algorithm (modelled_times.json), None if it has none."""
+    display = _display(label)
+    return display.authors_key if display is not None else None
+
+
+# ---- the typed record ----
+
+@dataclass(frozen=True)
+class Provenance:
+    git_sha: str | None
+    dirty: bool | None = None
+    source: str | None = None  # digest of the package's source files
+
+    @classmethod
+    def of(cls, raw: dict) -> "Provenance":
+        p = raw.get("provenance") or {}
+        return cls(p.get("git_sha", raw.get("git_sha")), p.get("dirty"), p.get("source"))
+
+    def name(self) -> str:
+        sha = (self.git_sha or "unknown")[:10]
+        return sha + ("+dirty" if self.dirty else "") + (f" (source {self.source[:8]})" if self.source else "")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One recorded iteration (seconds and bytes as the trainer wrote them)."""
+    iteration: int
+    time: float
+    wait: float = 0.0
+    forward: float = 0.0
+    backward: float = 0.0
+    loss: float | None = None
+    bytes: float = 0.0  # payload: the collectives' flat tensors (module docstring)
+    wire_bytes: float | None = None  # what this worker sent (None: an old record)
+    elapsed: float | None = None  # compact records: training seconds up to this row
+
+    @property
+    def wire(self) -> float:
+        return self.bytes if self.wire_bytes is None else self.wire_bytes
+
+    @classmethod
+    def of(cls, r: dict) -> "Row":
+        return cls(r.get("iteration", 0), r.get("time", 0.0), r.get("wait", 0.0), r.get("forward", 0.0),
+                   r.get("backward", 0.0), r.get("loss"), r.get("bytes", 0), r.get("wire_bytes"), r.get("elapsed"))
+
+
+@dataclass
+class Record:
+    label: str
+    algo: str
+    options: dict  # config.algo: the options that make the run a variant
+    model: str  # name/size
+    data: str
+    bandwidth: dict
+    world: int
+    status: str
+    provenance: Provenance
+    iterations: list[Row]
+    evaluation: list[dict]
+    memory: dict | None
+    profile: dict | None
+    prediction: dict | None  # summary.predicted: the run's own a-priori prediction
+    summary: dict
+    extra: dict
+    path: str | None = None  # the run's folder (or compact record file)
+    raw: dict = field(default_factory=dict, repr=False)  # for the simulator's record-level API
+
+    @classmethod
+    def of(cls, raw: dict, path: str | None = None, label: str | None = None) -> "Record":
+        config, extra, summary = raw.get("config") or {}, raw.get("extra") or {}, raw.get("summary") or {}
+        algo, model = config.get("algo") or {"name": "?"}, config.get("model") or {}
+        world = int(summary.get("workers") or extra.get("world_size") or 0)
+        return cls(label or variant(algo), algo["name"], dict(algo), f"{model.get('name')}/{model.get('size')}",
+                   (config.get("data") or {}).get("name", "?"), config.get("bandwidth") or {}, world,
+                   raw.get("status", "?"), Provenance.of(raw), [Row.of(r) for r in raw.get("iterations", [])],
+                   raw.get("evals") or [], extra.get("memory"), extra.get("profile"), summary.get("predicted"),
+                   summary, extra, path, raw)
+
+    @property
+    def variant(self) -> str:
+        return variant(self.options)
+
+    @property
+    def seed(self):
+        return (self.raw.get("config") or {}).get("seed")
+
+    @property
+    def H(self) -> int | None:
+        return int(self.options["H"]) if periodic(self.algo) and self.options.get("H") is not None else None
+
+    @property
+    def paced(self) -> bool:
+        return (self.extra.get("link") or {}).get("backend", "ideal") != "ideal"
+
+    @property
+    def link(self) -> dict:
+        return self.extra.get("link") or {}
+
+    @property
+    def mean_iteration(self) -> float:
+        return self.summary["mean_iteration_time"]
+
+    @property
+    def mean_wait(self) -> float:
+        return self.summary["mean_wait"]
+
+    def timed(self) -> list[Row]:
+        """The rows after the warm-up the summary leaves out (dreamddp/run/summary.py)."""
+        cut = warmup_cut(int(self.summary.get("iterations") or len(self.iterations)))  # compact rows are thinned
+        return [r for r in self.iterations if r.iteration >= cut] or self.iterations
+
+    def wire_per_iteration(self) -> float:
+        """Wire bytes per worker per timed iteration (the module's one definition)."""
+        rows = self.timed()
+        return statistics.fmean(r.wire for r in rows) if rows else 0.0
+
+    def payload_per_iteration(self) -> float:
+        return self.summary.get("bytes_per_iteration") or 0.0
+
+    def final_loss(self, smooth: int = SMOOTH) -> float:
+        losses = [r.loss for r in self.iterations if r.loss is not None]
+        return statistics.fmean(losses[-smooth:]) if losses else float("nan")
+
+    def final_eval(self, metric: str = "loss") -> float | None:
+        values = [e[metric] for e in self.evaluation if e.get(metric) is not None]
+        return float(values[-1]) if values else None
+
+
+def read(path: str | Path, label: str | None = None) -> Record:
+    path = Path(path)
+    file = path / "run.json" if path.is_dir() else path
+    return Record.of(json.loads(file.read_text()), str(file.parent), label)
+
+
+# ---- a benchmark folder ----
+
+@dataclass
+class Bench:
+    """``dreamddp-bench run``'s ``<dir>/runs/``: its arguments (bench.json), its job spec and
+    ``runs[model][rep][label]`` of every completed segment."""
+    root: str
+    args: dict
+    seconds: float | None
+    spec: dict
+    runs: dict
+
+    def records(self) -> list[Record]:
+        return [r for reps in self.runs.values() for segs in reps.values() for r in segs.values()]
+
+
+def bench(runs_dir: str | Path) -> Bench:
+    root = Path(runs_dir)
+    made = root / "bench.json"
+    meta = json.loads(made.read_text()) if made.is_file() else {}
+    spec = next(iter(sorted(root.glob("*/rep*/spec.json"))), None)
+    runs: dict = {}
+    for path in sorted(root.glob("*/rep*/*/run.json")):
+        rec = read(path, path.parts[-2])
+        if rec.status == "completed":
+            runs.setdefault(path.parts[-4], {}).setdefault(int(path.parts[-3][3:]), {})[rec.label] = rec
+    return Bench(str(root), meta.get("args") or {}, meta.get("seconds"),
+                 json.loads(spec.read_text()) if spec else {}, runs)
+
+
+# ---- provenance across one report ----
+
+class MixedCode(SystemExit):
+    """Records of different code in one report (the message names them)."""
+
+
+def versions(records) -> dict[Provenance, list[str]]:
+    """{code version: the runs (labels or paths) made by it}, in the order first met."""
+    out: dict[Provenance, list[str]] = defaultdict(list)
+    for r in records:
+        out[r.provenance].append(_where(r))
+    return dict(out)
+
+
+def _where(r: Record) -> str:
+    parts = Path(r.path or r.label).parts
+    return "/".join(parts[-3:]) if len(parts) >= 3 else (r.path or r.label)
+
+
+def check_provenance(records, mix: bool = False, what: str = "report") -> list[str]:
+    """[] where every record comes from one clean version of the code; else, with ``mix``, the
+    header lines that list each version and its runs; without it, refuse in one line."""
+    found = versions(records)
+    dirty = [p for p in found if p.dirty]
+    if len(found) <= 1 and not dirty:
+        return []
+    if not mix:
+        named = "; ".join(f"{p.name()}: {', '.join(runs[:3])}{' ...' if len(runs) > 3 else ''}"
+                          for p, runs in list(found.items())[:4])
+        why = "different code" if len(found) > 1 else "uncommitted code"
+        raise MixedCode(f"{what}: records of {why} ({named}); pass --mix (mix=True) to report them together")
+    return [f"{p.name()} -> {len(runs)} runs: {', '.join(runs[:6])}{' ...' if len(runs) > 6 else ''}"
+            for p, runs in found.items()]
