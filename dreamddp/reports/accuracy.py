@@ -6,13 +6,17 @@ simulator's prediction from that job's measurements alone against the measured m
 from __future__ import annotations
 
 import collections
+import json
 import os
 from dataclasses import replace
+from pathlib import Path
 
-from dreamddp.atomic import write_csv, write_text
+from dreamddp.atomic import write_csv
 from dreamddp.bench import regime as bench_regime
 from dreamddp.reports import bench as bench_report
 from dreamddp.reports import predict as bp
+from dreamddp.reports import records
+from dreamddp.reports.render import write_readme
 from dreamddp.reports.accuracy_measures import TIE, accuracy, by_job, median_ranking, ranking
 
 def rows_of(runs_dir: str, ratio: float) -> list[dict]:
@@ -33,7 +37,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             # plain@ideal is the job's other compute-only run: how far the reference itself drifted
             plain_backward = bp.timed_mean(segs["plain@ideal"], "backward") if "plain@ideal" in segs else None
             chunk, regime = _job_chunk(segs), bench_regime.compute_split(segs)
-            for label in bench_report.TIMED:
+            for label in records.ordered(lb for lb in segs if lb in bench_report.TIMED):
                 rec = segs.get(label)
                 if rec is None:
                     continue
@@ -114,75 +118,28 @@ def _interleaving(rows: list[dict]) -> str:
                      for c, rs in sorted(turns.items()))
 
 
-def report(rows: list[dict], out: str, seconds: float | None, argv: list[str]) -> None:
+def write(inputs: list[str], out: str, *, title: str | None = None, made_by: str | None = None,
+          mix: bool = False) -> list[str]:
+    """``out``/README.md and accuracy.csv over the benchmark jobs under ``inputs``: benchmark folders
+    (their ``runs/bench.json`` gives the ratio) or folders of them (``ratio<r>/``); ``out``/made.json,
+    where dreamddp-bench accuracy left it, says what ran and how long."""
+    folders = [Path(d) for d in inputs if (Path(d) / "runs" / "bench.json").is_file()]
+    folders += [sub for d in inputs if not (Path(d) / "runs" / "bench.json").is_file()
+                for sub in sorted(Path(d).glob("ratio*")) if (sub / "runs" / "bench.json").is_file()]
+    benches = [records.bench(d / "runs") for d in folders]
+    mixed = records.check_provenance([r for b in benches for r in b.records()], mix, f"report {out}")
+    rows = [row for d, b in zip(folders, benches) for row in rows_of(str(d / "runs"), float(b.args["ratio"]))]
+    if not rows:
+        raise SystemExit(f"accuracy: no run records under {', '.join(inputs)}")
+    made = Path(out) / "made.json"
+    ran = json.loads(made.read_text()) if made.is_file() else {"seconds": None, "argv": ["--report-only", "--out", out]}
+    argv, seconds = ran["argv"], ran["seconds"]
     med, p95, right, ties, n = accuracy(rows)
-    ranks = ranking(rows)
-    over_reps = median_ranking(rows)
-    lines = ["# Simulator accuracy: predicted vs measured iteration time", "",
-             f"Made by `dreamddp-bench accuracy {' '.join(argv)}`"
-             + (f" ({seconds / 60:.0f} min on this host" + (" for the jobs it ran; `--resume` kept the ones "
-                                                             "completed before with the same code" if "--resume" in argv
-                                                             else "") + ")" if seconds else "") + ". "
-             "Per model and comm/backward ratio, a benchmark job runs every algorithm interleaved (2 workers, "
-             "one per core, the compute presets, H=10; one job per repetition, column rep; "
-             + ("`--from-bench`: that ratio's jobs are `make bench`'s own; " if "--from-bench" in argv else "")
-             + f"runs interleaved {_interleaving(rows)}); the prediction of each run uses only that job's measurements: DreamDDP's per-unit "
-             "profile, the steady compute of the job's two compute-only runs, pooled (nosync: the engine with "
-             "nothing to sync; plain: no engine; both on the ideal link, interleaved with the rest) and every "
-             "rank's compute per iteration in them (the simulator draws whole measured iterations, every rank's "
-             "together: a sync point waits for the slowest rank), the "
-             "recorded link (rate and measured alpha), the run's own plan, and the real transfer its deferred carrier runs when a worker first waits (gloo's "
-             "collectives of 256 KiB to 16 MiB probed at the run's start-up, each kind on its own where the record "
-             "has them: on a fast emulated link it, not the link, is what a wait waits for), and the job's turns "
-             "(each starts at a barrier outside the timed iterations, where the ranks line up, their links paused: "
-             "the simulator lines them up there too and reports rank 0's iterations, the record's). *no skew*: the same without the ranks' spread. *link only*: no skew "
-             "and no real transfer. *nosync only*: the error with nosync alone as the compute reference (one run's "
-             "compute drifts with the host: two halve it). *in-run*: the run's own prediction from its start-up "
-             "profile (DreamDDP runs). *ranks apart*: the error with each rank's compute drawn on its own (from "
-             "its quantiles) instead of together. *host us/op*: the engine's host seconds per launch / per "
-             "completion the prediction charges (the run's untimed first iterations); *no host*: the error "
-             "without them.", "",
-             f"**{len(rows)} runs: median absolute error {med:.1%}, 95th percentile {p95:.1%}; the simulator "
-             f"orders the algorithms as measured in {right} of {n} configurations, and in {ties} of {n} when runs "
-             f"measured within {TIE:.0%} of each other (the repetitions' spread) count as ties.**", "",
-             "| model | comm/backward | rep | algorithm | measured s | predicted s | error | ranks apart | no skew s "
-             "| link only s | nosync only | in-run s | waited beyond the link (ms) | backward x reference | own compute s "
-             "| host us/op | no host |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        in_run = "n/a" if r["in_run_s"] is None else f"{r['in_run_s']:.4f}"
-        late = "n/a" if r["late_ms"] is None else f"{r['late_ms']:.1f}"
-        apart = "n/a" if r["apart_error"] is None else f"{r['apart_error']:+.1%}"
-        host = ("n/a" if r["host_launch_us"] is None
-                else f"{r['host_launch_us']:.0f} / {r['host_complete_us']:.0f}")
-        no_host = "n/a" if r["host_launch_us"] is None else f"{r['no_host_error']:+.1%}"
-        lines.append(f"| {r['model']} | {r['ratio']:g} | {r['rep']} | {r['algorithm']} | {r['measured_s']:.4f} | "
-                     f"{r['predicted_s']:.4f} | {r['error']:+.1%} | {apart} | {r['no_skew_s']:.4f} | {r['link_only_s']:.4f} | "
-                     f"{r['nosync_only_error']:+.1%} | {in_run} | {late} | {r['backward_x_reference']:.3f} | "
-                     f"{r['own_compute_s']:.4f} ({r['own_error']:+.1%}) | {host} | {no_host} |")
-    lines += ["", "Ranking, per configuration:", "",
-              f"| model | comm/backward | rep | same order | same order, ties within {TIE:.0%} | swapped pairs (measured gap) |",
-              "|---|---|---|---|---|---|"]
-    for r in ranks:
-        lines.append(f"| {r['model']} | {r['ratio']:g} | {r['rep']} | {'yes' if r['right'] else 'NO'} | "
-                     f"{'yes' if r['right_but_ties'] else 'NO'} | {'; '.join(r['swapped']) or '-'} |")
-    if over_reps:
-        lines += ["", "Ranking over the repetitions (each algorithm's median measured time against its median "
-                  "prediction, both over their job's geometric mean measured time):", "",
-                  f"| model | comm/backward | repetitions | same order | same order, ties within {TIE:.0%} | "
-                  "swapped pairs (measured gap of the medians) |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['model']} | {r['ratio']:g} | {r['reps']} | {'yes' if r['right'] else 'NO'} | "
-                  f"{'yes' if r['right_but_ties'] else 'NO'} | {'; '.join(r['swapped']) or '-'} |" for r in over_reps]
-    worst = sorted(rows, key=lambda r: -abs(r["error"]))[:5]
-    lines += ["", "Largest errors and what was measured beside them (waited beyond the link model: the slowest "
-              "rank and the backend's own transfer at the wait, which the prediction's skew and real transfer "
-              "should cover):", ""]
-    lines += [f"- {r['model']} {r['ratio']:g} {r['algorithm']}: {r['error']:+.1%}; no skew {r['no_skew_s'] / r['measured_s'] - 1:+.1%}"
-              + ("" if r["late_ms"] is None else f"; waited beyond the link {r['late_ms']:.1f} ms per iteration")
-              + f"; backward {r['backward_x_reference'] - 1:+.1%} over the compute-only runs'" for r in worst]
-    lines += ["", "The regime of each job, its compute-only run's steady split (2 workers, one per core; the paper "
-              "models' on a GPU: backward about 2x forward, the step small):", ""]
-    lines += [f"- {m} at comm/backward {x:g}, repetition {k}: {runs[0]['regime']}"
-              for (m, x, k), runs in by_job(rows).items()]
-    write_text(os.path.join(out, "README.md"), "\n".join(lines) + "\n")
+    readme = write_readme(out, "accuracy.md.j2", title=title or "Simulator accuracy: predicted vs measured iteration time",
+                          mixed=mixed, made_by=made_by or f"dreamddp-bench accuracy {' '.join(argv)}", seconds=seconds,
+                          resumed="--resume" in argv, from_bench="--from-bench" in argv, interleaving=_interleaving(rows),
+                          rows=rows, median=med, p95=p95, right=right, ties=ties, n=n, tie=TIE, ranks=ranking(rows),
+                          over_reps=median_ranking(rows), worst=sorted(rows, key=lambda r: -abs(r["error"]))[:5],
+                          regimes=[(job, runs[0]["regime"]) for job, runs in by_job(rows).items()])
     write_csv(os.path.join(out, "accuracy.csv"), rows, [k for k in rows[0] if k != "regime"])  # the README has it
+    return [readme, os.path.join(out, "accuracy.csv")]

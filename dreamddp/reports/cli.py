@@ -1,4 +1,4 @@
-"""``dreamddp-results``: run records -> the result card, compact copies, tables, figures, W&B table.
+"""``dreamddp-results``: run records -> the result card, compact copies, tables, figures, W&B table, provenance.
 
     dreamddp-results card multirun/2026-12-01/10-00-00 [--figure loss.png] [--csv card.csv]
     dreamddp-results collect --runs multirun --out results/runs
@@ -7,8 +7,9 @@
     dreamddp-results wandb   --runs results/runs --dir multirun/wandb-summary [--mode offline]
     dreamddp-results scheduler-reference --out results/scheduler     # needs the authors' profiles
     dreamddp-results index --results results                          # results/README.md
+    dreamddp-results provenance results                               # the folders whose records mix code
 
-``python -m dreamddp.results`` is the same program.
+``python -m dreamddp.reports`` is the same program.
 ``--runs`` takes directories (searched recursively for run.json and compact
 records), run.json files, or W&B offline run dirs.  ``figures`` writes the
 tables too, so it regenerates everything under --out from the records alone.
@@ -45,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--figure", default=None, help="loss vs training seconds (default: loss_vs_time.png in the first RUNS dir)")
     c.add_argument("--no-figure", action="store_true")
     c.add_argument("--csv", default=None, help="also write the card's rows here")
+    c.add_argument("--mix", action="store_true", help="allow records of different code (the card lists them)")
+    v = sub.add_parser("provenance", help="each benchmark folder under a results tree whose records mix code versions")
+    v.add_argument("results", nargs="?", default="results")
     r = sub.add_parser("scheduler-reference", help="scheduler vs exact optimum on an authors' profile (paper Figs. 15, 16)")
     r.add_argument("--profile", default=None, help="profile dir (default: the authors' A6000 ResNet-18)")
     r.add_argument("--H", type=int, default=5)
@@ -76,7 +80,13 @@ def run(args: argparse.Namespace) -> list[Path]:
 
         first = Path(args.runs[0])
         figure = None if args.no_figure else args.figure or (first if first.is_dir() else first.parent) / "loss_vs_time.png"
-        print_card(args.runs, figure, args.csv)
+        print_card(args.runs, figure, args.csv, mix=args.mix)
+        return []
+    if args.command == "provenance":
+        from dreamddp.reports.records import mixed_folders
+
+        for folder, found in mixed_folders(Path(args.results)).items():
+            print(f"{folder}: " + "; ".join(f"{p.name()} ({len(runs)} runs)" for p, runs in found.items()))
         return []
     if args.command == "index":
         from dreamddp.reports.index import write_index

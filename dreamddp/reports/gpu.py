@@ -11,14 +11,11 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from dreamddp.atomic import write_text
 from dreamddp.bench import overhead, regime
 from dreamddp.reports import bench as report
+from dreamddp.reports import records
+from dreamddp.reports.render import table, write_readme
 from dreamddp.reports.spread import fmt_spread
-
-ORDER = ("ssgd", "ascwfbp", "dear", "flsgd", "plsgd_enp", "streaming_diloco", "dreamddp", "dreamddp+overlap",
-         "dreamddp+general", "dreamddp+delay")
-
 
 def rows_of(csv_path: Path) -> dict[tuple[str, str], dict]:
     if not csv_path.is_file():
@@ -53,10 +50,13 @@ def job_folders(gpu: Path) -> dict[str, list[Path]]:
     return {card: sorted(d for d in (gpu / sub).iterdir() if (d / "runs").is_dir()) for card, sub in devices(gpu)}
 
 
-def write(gpu: Path, cpu_dir: Path) -> Path:
+def write(gpu: Path, cpu_dir: Path, *, title: str | None = None, made_by: str | None = None,
+          mix: bool = False) -> list[str]:
     cpu = rows_of(cpu_dir / "bench.csv")
     cpu_jobs = report.load(str(cpu_dir / "runs"))
     folders = job_folders(gpu)
+    mixed = records.check_provenance([r for dirs in folders.values() for d in dirs for r in records.bench(d / "runs").records()]
+                                     + records.bench(cpu_dir / "runs").records(), mix, f"report {gpu}")
     jobs = {d: report.load(str(d / "runs")) for dirs in folders.values() for d in dirs}
     timed: dict[str, dict] = {card: {} for card in folders}
     for card, dirs in folders.items():
@@ -64,87 +64,65 @@ def write(gpu: Path, cpu_dir: Path) -> Path:
             for key, row in rows_of(d / "bench.csv").items():
                 timed[card].setdefault(key, (row, d))
     cards = [card for card in folders if timed[card]]
-    lines = ["# The algorithms side by side on one GPU shared by 2 workers, next to the CPU and the paper", "",
-             "Made by `dreamddp-bench gpu --reports` from the run records under this folder (`<device>/<job>/runs/`; "
-             "each job's own report is `<device>/<job>/README.md`). Each ratio is an algorithm's mean iteration time "
-             "over DreamDDP's in the same job (median over the job's repetitions). GPU: paper sizes, TF32; CPU: "
-             f"{cpu_dir} (`make bench`, model.size=compute); paper: the authors' cost model on their A6000 "
-             "profiles with the paper's 32-GPU multipliers. *bound / measured*: the least time any plan of the "
-             "algorithm's kind could take on that job's profile and link, over the measured time. No time is "
-             "compared across machines.", ""]
+    models = []
     for model in ("gpt2", "resnet18", "resnet50"):
         found = {card: next((d for (m, _), (_, d) in timed[card].items() if m == model), None) for card in cards}
         if not any(found.values()):
             continue
-        lines += [f"## {model}", ""]
+        regimes = []
         for card, some in found.items():
-            if some is None:
-                continue
-            reps = jobs[some][model]
-            first = reps[min(reps)]
-            rec = next(iter(first.values()))
-            lines += [f"{card}: {len(reps)} repetition{'s' if len(reps) != 1 else ''}, {regime.batch(rec)}. "
-                      + regime.emulation(rec, first) + " " + regime.compute_split(first), ""]
+            if some is not None:
+                reps = jobs[some][model]
+                first = reps[min(reps)]
+                rec = next(iter(first.values()))
+                regimes.append((card, len(reps), regime.batch(rec), regime.emulation(rec, first) + " " + regime.compute_split(first)))
+        cpu_regime = None
         if model in cpu_jobs:
             cpu_first = cpu_jobs[model][min(cpu_jobs[model])]
-            lines += [f"CPU: {regime.batch(next(iter(cpu_first.values())))}. " + regime.compute_split(cpu_first), ""]
+            cpu_regime = f"{regime.batch(next(iter(cpu_first.values())))}. " + regime.compute_split(cpu_first)
         ran = [card for card in cards if found[card]]  # the machines that timed this model
-        head = "".join(f" {c} x DreamDDP | {c} bound / measured | {c} predicted / measured |" for c in ran)
-        lines += [f"| algorithm |{head} CPU x DreamDDP | CPU bound / measured | paper x DreamDDP (modelled) |",
-                  "|---|" + "---|" * (3 * len(ran) + 3)]
-        for algo in ORDER:
+        rows = []
+        for algo in records.ordered(a for card in ran for (m, a) in timed[card] if m == model):
             g = {card: timed[card].get((model, algo), (None, None))[0] for card in ran}
             c = cpu.get((model, algo))
             paper = next((row for row in g.values() if row is not None), None)
-            cells = "".join(f" {fmt(g[card], 'x_dreamddp')} | {fmt(g[card], 'bound_over_measured')} | "
-                            f"{fmt(g[card], 'predicted_over_measured')} |" for card in ran)
-            lines.append(f"| {algo} |{cells} {fmt(c, 'x_dreamddp')} | {fmt(c, 'bound_over_measured')} | "
-                         f"{fmt(paper, 'paper_x_dreamddp')} |")
-        lines.append("")
-    lines += overhead_table(folders, jobs)
+            rows.append([algo] + [fmt(g[card], k) for card in ran for k in ("x_dreamddp", "bound_over_measured",
+                                                                              "predicted_over_measured")]
+                        + [fmt(c, "x_dreamddp"), fmt(c, "bound_over_measured"), fmt(paper, "paper_x_dreamddp")])
+        header = ["algorithm"] + [f"{c} {k}" for c in ran for k in ("x DreamDDP", "bound / measured", "predicted / measured")]
+        models.append({"name": model, "regimes": regimes, "cpu": cpu_regime,
+                       "table": table(header + ["CPU x DreamDDP", "CPU bound / measured", "paper x DreamDDP (modelled)"], rows)})
     # the jobs that measured memory need not be those whose times the tables above show
     benches = [d for dirs in folders.values() for d in dirs]
     per_job = {(model, d): memory([jobs[d]], model) for model in ("gpt2", "llama2")
                for d in benches if d.name.startswith(model)}
     sources = {model: [d for d in benches if per_job.get((model, d))] for model in ("gpt2", "llama2")}
-    lines += ["## Peak GPU memory per worker", "",
-              "torch.cuda.max_memory_allocated of rank 0 during each algorithm's training loop, less what its "
-              "process held before (repetition 0), from the jobs that measured it: "
-              + "; ".join(f"{model} {', '.join(f'{d.parent.name}/{d.name}' for d in dirs)}"
-                          for model, dirs in sources.items() if dirs) + ".", "",
-              "| model | algorithm | peak MiB | x plain |", "|---|---|---|---|"]
+    peaks = []
     for model, dirs in sources.items():
         mem = {algo: peak for d in dirs for algo, peak in per_job[(model, d)].items()}
         plain = mem.get("plain@ideal")
-        for algo in sorted(mem):
-            ratio = f"{mem[algo] / plain:.3f}" if plain else "n/a"
-            lines.append(f"| {model} | {algo} | {mem[algo] / 2**20:.1f} | {ratio} |")
-    write_text(gpu / "README.md", "\n".join(lines) + "\n")
-    return gpu / "README.md"
+        peaks += [(model, algo, mem[algo] / 2**20, mem[algo] / plain if plain else None) for algo in sorted(mem)]
+    readme = write_readme(gpu, "gpu.md.j2", title=title or "The algorithms side by side on one GPU shared by 2 workers, "
+                          "next to the CPU and the paper", mixed=mixed, made_by=made_by or "dreamddp-bench gpu --reports",
+                          cpu_dir=cpu_dir, models=models, overhead=overhead_table(folders, jobs),
+                          overhead_columns=OVERHEAD_COLUMNS, peaks=peaks,
+                          memory_sources={m: [f"{d.parent.name}/{d.name}" for d in dirs] for m, dirs in sources.items() if dirs})
+    return [readme]
 
 
-def overhead_table(folders: dict, jobs: dict) -> list[str]:
+def overhead_table(folders: dict, jobs: dict) -> list[list[str]]:
     """The engine's overhead on the ideal link, every job that measured it: S-SGD and ASC-WFBP
     against DDP, nosync against plain, each ratio inside one repetition, median (spread)."""
-    lines = ["## Engine overhead on the ideal link", "",
-             "Iteration time ratios inside each repetition, median (min-max) over the job's repetitions. S-SGD all-reduces after backward by "
-             "definition; DDP all-reduces its buckets during backward, as ASC-WFBP does (the like-for-like "
-             "pair); DDP with one bucket (ddp+1bucket) all-reduces after backward, as S-SGD does (its "
-             "like for like). Last column: where nosync's time differs from plain's, by phase (medians over the "
-             "repetitions; spreads in the job's README): its hooks run in backward, its flat zeroing and "
-             "accounting in the rest, nothing of it in forward, whose difference is the phases' own noise.", "",
-             "| job | model | workers | repetitions | " + " | ".join(OVERHEAD_COLUMNS)
-             + " | nosync less plain, ms: forward / backward / rest |",
-             "|---|---|---|---|" + "---|" * len(OVERHEAD_COLUMNS) + "---|"]
+    rows = []
     for card, dirs in folders.items():
         for d in dirs:
             for model, reps in jobs[d].items():
                 over = overhead.engine_overhead(reps)
                 if not any(over.values()):
                     continue
-                world = next(iter(next(iter(reps.values())).values()))["extra"]["world_size"]
-                cells = " | ".join(fmt_spread(over.get(k), 3) for k in OVERHEAD_COLUMNS)
+                world = records.Record.of(next(iter(next(iter(reps.values())).values()))).world
                 phases = overhead.phase_overhead(reps)
                 split = " / ".join(f"{v[0]:+.2f}" for v in phases.values()) if phases else "n/a"
-                lines.append(f"| {card} {d.parent.name}/{d.name} | {model} | {world} | {len(reps)} | {cells} | {split} |")
-    return lines + [""]
+                rows.append([f"{card} {d.parent.name}/{d.name}", model, str(world), str(len(reps))]
+                            + [fmt_spread(over.get(k), 3) for k in OVERHEAD_COLUMNS] + [split])
+    return rows

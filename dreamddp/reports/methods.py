@@ -8,60 +8,41 @@ bytes it puts on the wire per iteration at that ratio, each over DreamDDP's insi
 repetition; its final training and evaluation loss at equal iterations, and their difference
 from DreamDDP's in the same seed; the training seconds to the quality runs' loss target (those
 ran at their own ratio, which the card names); and the claim of the method's source paper,
-to read the measured columns against.  Medians over repetitions, min-max in brackets.
+to read the measured columns against (passed in: a study file holds them, ``--claims``).  Medians over repetitions, min-max in brackets.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 from pathlib import Path
 
-from dreamddp.atomic import write_csv, write_text
+from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
-from dreamddp.reports.predict import mean_iteration, timed
+from dreamddp.reports import records
+from dreamddp.reports.render import write_readme
 from dreamddp.bench.segments import TIMED
 from dreamddp.reports.spread import fmt_spread, median_spread
 from dreamddp.reports.target import SMOOTH
 
 REFERENCE = report.REFERENCE  # DreamDDP
-# What each method's source says it does, to read the measured columns against (the issue's
-# papers; PAPER.md for Streaming DiLoCo).  Claims, not our numbers.
-CLAIMS = {  # each paper's claim beside the method that implements it; "ours" where no paper's is
-    "flsgd": "Local SGD (FLSGD): one average per H steps, H x fewer syncs than S-SGD",
-    "dreamddp": "DreamDDP: FLSGD's traffic spread layer by layer over the window, hidden behind backward",
-    "dreamddp+topk": "ours: DreamDDP's syncs as top-k 1 % (fp16 values) with error feedback; no paper's claim",
-    "dreamddp+q4": "ours: DreamDDP's syncs in 4-bit blocks with error feedback; no paper's claim",
-    "diloco": "DiLoCo (arXiv 2311.08105): the outer Nesterov step on H local steps matches "
-              "synchronous training's loss with H x fewer syncs",
-    "diloco_eager": "eager updates (arXiv 2502.12996): the outer update one window late, the local change standing "
-                    "in for the missing average, hides the sync at a small loss cost (naive delay costs more)",
-    "sparseloco": "SparseLoCo (arXiv 2508.15706): top-k 1-3 % with 2-bit values and error feedback in place of "
-                  "outer momentum keeps or beats DiLoCo's loss while sending a small fraction of its bytes",
-    "demo": "ours: DeMo's DCT top-k codec with its momentum as error feedback, but the trainer's optimizer in "
-            "place of DeMo's sign-SGD: no paper's claim",
-    "dreamddp_diloco": "ours (layer-wise DiLoCo): DiLoCo's outer step once per window per unit on DreamDDP's schedule",
-    "dreamddp_sparseloco": "ours: SparseLoCo's codec on DreamDDP's per-unit syncs; no paper's claim",
-    "streaming_diloco+e3m0": "Streaming DiLoCo (arXiv 2501.18512): staggered fragments cut peak bandwidth about P x "
-                             "and 4-bit adds a further cut, at similar quality",
-}
+
+
+def _records(reps: dict, label: str) -> list[records.Record]:
+    return [records.Record.of(s[label]) for s in reps.values() if label in s]
 
 
 def wire_per_iteration(rec: dict) -> float:
-    """Bytes on the wire per timed iteration (compressed payloads at their encoded size)."""
-    rows = timed(rec)
-    return statistics.fmean(r.get("wire_bytes", r["bytes"]) for r in rows)
+    """Wire bytes per worker per timed iteration (records.py: the one definition)."""
+    return records.Record.of(rec).wire_per_iteration()
 
 
 def final_train(rec: dict) -> float:
-    return statistics.fmean(r["loss"] for r in rec["iterations"][-SMOOTH:])
+    return records.Record.of(rec).final_loss()
 
 
 def final_eval(rec: dict) -> float | None:
-    evals = rec.get("evals") or []
-    return evals[-1]["loss"] if evals else None
+    return records.Record.of(rec).final_eval()
 
 
 def _difference(reps: dict, label: str, of):
@@ -70,84 +51,70 @@ def _difference(reps: dict, label: str, of):
     return median_spread([a - b for a, b in pairs if a is not None and b is not None])
 
 
-def rows(time_runs: str, quality_runs: str) -> list[dict]:
+def rows(time_runs: str, quality_runs: str, claims: dict[str, str] | None = None) -> list[dict]:
     times, quality = report.load(time_runs), report.load(quality_runs)
     out = []
     for model in times:
         treps, qreps = times[model], quality.get(model, {})
         target, ttt = report.times_to_target(qreps) if qreps else (None, {})
-        for label in TIMED:
-            tmine = [s[label] for s in treps.values() if label in s]
-            qmine = [s[label] for s in qreps.values() if label in s]
-            if not tmine and not qmine:
-                continue
+        labels = [lb for reps in (treps, qreps) for s in reps.values() for lb in s if lb in TIMED]
+        for label in records.ordered(labels):
+            tmine, qmine = _records(treps, label), _records(qreps, label)
             out.append({
                 "model": model, "method": label, "time_reps": len(tmine), "quality_reps": len(qmine),
-                "iteration_s": median_spread(mean_iteration(r) for r in tmine),
+                "iteration_s": median_spread(r.mean_iteration for r in tmine),
                 "x_dreamddp": report.ratio_over(treps, label, REFERENCE),
-                "wire_mib": median_spread(wire_per_iteration(r) / 2**20 for r in tmine),
+                "wire_mib": median_spread(r.wire_per_iteration() / 2**20 for r in tmine),
                 "wire_x_dreamddp": report.ratio_over(treps, label, REFERENCE, of=wire_per_iteration),
-                "train_loss": median_spread(final_train(r) for r in qmine),
+                "train_loss": median_spread(r.final_loss() for r in qmine),
                 "train_minus_dreamddp": _difference(qreps, label, final_train),
-                "eval_loss": median_spread(final_eval(r) for r in qmine),
+                "eval_loss": median_spread(r.final_eval() for r in qmine),
                 "eval_minus_dreamddp": _difference(qreps, label, final_eval),
                 "loss_target": target, "time_to_target_s": median_spread(ttt.get(label, [])),
-                "claim": CLAIMS.get(label, ""),
+                "claim": (claims or {}).get(label, ""),
             })
     return out
 
 
-def _ratio(runs: str) -> float:
-    return float(json.loads((Path(runs) / "bench.json").read_text())["args"]["ratio"])
-
-
-def _iterations(runs: str) -> int | None:
-    return json.loads((Path(runs) / "bench.json").read_text())["args"].get("iterations")
-
-
-def write(time_dir: str, quality_dir: str, out: str) -> str:
+def write(time_dir: str, quality_dir: str, out: str, *, claims: dict[str, str] | None = None, title: str | None = None,
+          made_by: str | None = None, mix: bool = False) -> list[str]:
     time_runs, quality_runs = str(Path(time_dir) / "runs"), str(Path(quality_dir) / "runs")
     for d in (time_runs, quality_runs):
         if not (Path(d) / "bench.json").is_file():
             raise SystemExit(f"card: {d}: no bench.json (not a folder dreamddp-bench run wrote)")
-    table = rows(time_runs, quality_runs)
-    ratio, qratio = _ratio(time_runs), _ratio(quality_runs)
-    rel = lambda d: os.path.relpath(d, out)  # noqa: E731
-    quality = (f"quality: the small presets, {_iterations(quality_runs)} iterations, one seed per repetition, "
-               f"comm/backward {qratio:g}")
-    source = (f"[{quality_dir}]({rel(quality_dir)}/README.md) (iteration time, bytes and {quality})"
-              if Path(time_dir).resolve() == Path(quality_dir).resolve() else
-              f"[{time_dir}]({rel(time_dir)}/README.md) (iteration time and bytes: the compute presets, comm/backward "
-              f"{ratio:g}) and [{quality_dir}]({rel(quality_dir)}/README.md) ({quality})")
-    lines = [f"# The methods the field moved to, at comm/backward {ratio:g}", "",
-             f"Made by `dreamddp-bench card {time_dir} {quality_dir} --out {out}` from the run records of "
-             f"{source}. Medians over "
-             "repetitions, min-max in brackets; a ratio or a difference is taken inside one repetition (one job; "
-             "in the quality runs, one seed) before its median, so a difference whose spread spans 0 is a tie. "
-             "Wire bytes: what the link, the record and the simulator charge (a compressed payload at its encoded "
-             "size). Train loss: the mean of the last "
-             f"{SMOOTH} iterations; eval loss: the evaluation at the last iteration. Time to target: training "
-             f"seconds in the quality runs until the smoothed training loss reaches their target (the highest final "
-             f"one among them, so every run reaches it).", ""]
+    tbench, qbench = records.bench(time_runs), records.bench(quality_runs)
+    mixed = records.check_provenance(tbench.records() + (qbench.records() if quality_runs != time_runs else []),
+                                     mix, f"card {out}")
+    table = rows(time_runs, quality_runs, claims)
+    same = Path(time_dir).resolve() == Path(quality_dir).resolve()
+    models = []
     for model in dict.fromkeys(r["model"] for r in table):
         mine = [r for r in table if r["model"] == model]
-        target = mine[0]["loss_target"]
-        lines += [f"## {model}", "",
-                  "| method | iteration s | x DreamDDP | wire MiB / iteration | wire x DreamDDP | train loss | "
-                  "train - DreamDDP | eval loss | eval - DreamDDP | "
-                  + (f"time to loss {target:.3f} (s) | " if target is not None else "time to target (s) | ")
-                  + "the paper's claim |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in mine:
-            lines.append(f"| {r['method']} | {fmt_spread(r['iteration_s'])} | {fmt_spread(r['x_dreamddp'], 2)} | "
-                         f"{fmt_spread(r['wire_mib'], 3)} | {fmt_spread(r['wire_x_dreamddp'], 3)} | "
-                         f"{fmt_spread(r['train_loss'], 3)} | {fmt_spread(r['train_minus_dreamddp'], 3)} | "
-                         f"{fmt_spread(r['eval_loss'], 3)} | {fmt_spread(r['eval_minus_dreamddp'], 3)} | "
-                         f"{fmt_spread(r['time_to_target_s'], 1)} | {r['claim']} |")
-        lines.append("")
-    write_text(Path(out) / "README.md", "\n".join(lines))
+        models.append({"name": model, "target": mine[0]["loss_target"], "rows": mine,
+                       "claims": any(r["claim"] for r in mine)})
+    ratio = float(tbench.args["ratio"])
+    readme = write_readme(out, "methods_card.md.j2", title=title or f"The methods the field moved to, at comm/backward {ratio:g}",
+                          mixed=mixed, made_by=made_by or f"dreamddp-bench card {time_dir} {quality_dir} --out {out}",
+                          time_dir=time_dir, quality_dir=quality_dir, same=same, ratio=ratio,
+                          qratio=float(qbench.args["ratio"]), iterations=qbench.args.get("iterations"),
+                          rel_time=os.path.relpath(time_dir, out), rel_quality=os.path.relpath(quality_dir, out),
+                          smooth=SMOOTH, models=models)
     write_csv(Path(out) / "card.csv", [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()} for r in table])
-    return str(Path(out) / "README.md")
+    return [readme, str(Path(out) / "card.csv")]
+
+
+def load_claims(path: str | None) -> dict[str, str]:
+    """{method: its source paper's claim} from a YAML/JSON file: the mapping itself, or a study
+    file's ``claims`` key."""
+    if not path:
+        return {}
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    data = data.get("claims", data) if isinstance(data, dict) else data
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise SystemExit(f"card: --claims {path}: expected a mapping of method -> claim (or a claims: key)")
+    return {str(k): v for k, v in data.items()}
 
 
 def main(argv=None) -> int:
@@ -155,6 +122,8 @@ def main(argv=None) -> int:
     p.add_argument("time_dir", help="a dreamddp-bench run folder at one ratio (iteration time, bytes)")
     p.add_argument("quality_dir", help="a dreamddp-bench run folder of the same methods trained longer (loss)")
     p.add_argument("--out", required=True, help="the card's folder: README.md and card.csv")
+    p.add_argument("--claims", help="YAML/JSON: method -> its source paper's claim (a study file's claims: key)")
+    p.add_argument("--mix", action="store_true", help="report records made by different code (the header lists them)")
     args = p.parse_args(argv)
-    print(write(args.time_dir, args.quality_dir, args.out))
+    print(write(args.time_dir, args.quality_dir, args.out, claims=load_claims(args.claims), mix=args.mix)[0])
     return 0

@@ -186,9 +186,13 @@ class Record:
         return [r for r in self.iterations if r.iteration >= cut] or self.iterations
 
     def wire_per_iteration(self) -> float:
-        """Wire bytes per worker per timed iteration (the module's one definition)."""
+        """Wire bytes per worker per timed iteration (the module's one definition); a record made
+        before rows kept ``wire_bytes`` gives its summary's bytes (module docstring)."""
         rows = self.timed()
-        return statistics.fmean(r.wire for r in rows) if rows else 0.0
+        if not rows or any(r.wire_bytes is None for r in rows):
+            return self.payload_per_iteration() if self.summary.get("bytes_per_iteration") is not None else \
+                (statistics.fmean(r.bytes for r in rows) if rows else 0.0)
+        return statistics.fmean(r.wire for r in rows)
 
     def payload_per_iteration(self) -> float:
         return self.summary.get("bytes_per_iteration") or 0.0
@@ -253,8 +257,9 @@ def versions(records) -> dict[Provenance, list[str]]:
 
 
 def _where(r: Record) -> str:
-    parts = Path(r.path or r.label).parts
-    return "/".join(parts[-3:]) if len(parts) >= 3 else (r.path or r.label)
+    """A run as the provenance lines name it: its setting, model, repetition and label."""
+    parts = [p for p in Path(r.path or r.label).parts if p != "runs"]
+    return "/".join(parts[-4:])
 
 
 def check_provenance(records, mix: bool = False, what: str = "report") -> list[str]:
@@ -271,3 +276,14 @@ def check_provenance(records, mix: bool = False, what: str = "report") -> list[s
         raise MixedCode(f"{what}: records of {why} ({named}); pass --mix (mix=True) to report them together")
     return [f"{p.name()} -> {len(runs)} runs: {', '.join(runs[:6])}{' ...' if len(runs) > 6 else ''}"
             for p, runs in found.items()]
+
+
+def mixed_folders(root: Path) -> dict[str, dict[Provenance, list[str]]]:
+    """{benchmark folder (holding runs/bench.json): its code versions} for every folder under
+    ``root`` whose records come from more than one version, or from uncommitted code."""
+    out = {}
+    for made in sorted(root.rglob("runs/bench.json")):
+        found = versions(bench(made.parent).records())
+        if len(found) > 1 or any(p.dirty for p in found):
+            out[str(made.parent.parent)] = found
+    return out

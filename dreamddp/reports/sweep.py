@@ -3,8 +3,8 @@
 ``<dir>/<setting>``): one row per folder, model and algorithm, so a setting's effect reads down a
 column.
 
-Per row, medians over repetitions with the min-max spread: the mean iteration time, bytes per
-iteration, the ratios over DreamDDP and over FLSGD (each taken inside one repetition before its
+Per row, medians over repetitions with the min-max spread: the mean iteration time, wire bytes
+per worker per iteration, the ratios over DreamDDP and over FLSGD (each taken inside one repetition before its
 median), the simulator against the measured time (a-priori: each run's own ``summary.predicted``,
 made before it trained; same-job: report.py's *predicted*) and the time to the folder's loss
 target.  Where a folder is named ``BASELINE`` (the study's equal-workers setting), each row also
@@ -20,11 +20,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dreamddp.atomic import write_csv, write_text
+from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
+from dreamddp.reports import records
 from dreamddp.reports.predict import mean_iteration
 from dreamddp.bench.segments import TIMED
-from dreamddp.reports.spread import fmt_spread, median_spread
+from dreamddp.reports.render import write_readme
+from dreamddp.reports.spread import median_spread
 
 BASELINE = "equal"
 
@@ -47,21 +49,19 @@ def _apriori(rec: dict) -> float | None:
     return predicted / mean_iteration(rec) if predicted else None
 
 
-def rows(folder: Path) -> list[dict]:
+def rows(folder: Path, mix: bool = False) -> list[dict]:
     """The folder's rows; writes its own report on the way (report.write)."""
     data = report.load(str(folder / "runs"))
-    made = {(r["model"], r["algorithm"]): r for r in report.write(str(folder / "runs"), str(folder), data)}
+    made = {(r["model"], r["algorithm"]): r for r in report.write(str(folder / "runs"), str(folder), data, mix=mix)}
     out = []
     for model, reps in data.items():
-        for label in TIMED:
+        for label in records.ordered(lb for s in reps.values() for lb in s if lb in TIMED):
             mine = [s[label] for s in reps.values() if label in s]
-            if not mine:
-                continue
             full = made.get((model, label), {})
             row = {"setting": folder.name, "model": model, "algorithm": label, "reps": len(mine),
                    "iteration_s": median_spread(mean_iteration(r) for r in mine),
                    "iteration_backwards": median_spread(_in_backwards(r) for r in mine),
-                   "mib_per_iteration": median_spread(r["summary"]["bytes_per_iteration"] / 2**20 for r in mine)}
+                   "wire_mib": median_spread(records.Record.of(r).wire_per_iteration() / 2**20 for r in mine)}
             for ref in report.REFERENCES:
                 row[f"x_{ref}"] = report.ratio_over(reps, label, ref)
             row.update(apriori_over_measured=median_spread(_apriori(r) for r in mine),
@@ -78,40 +78,22 @@ def _over_baseline(all_rows: list[dict]) -> None:
         r[f"x_{BASELINE}"] = None if b is None else r["iteration_backwards"][0] / b[0]
 
 
-def write(out: str) -> str:
-    root = Path(out)
+def write(folder: str, out: str | None = None, *, title: str | None = None, made_by: str | None = None,
+          mix: bool = False) -> list[str]:
+    """Each setting's report, then ``out``/README.md (default: ``folder``'s) and study.csv."""
+    root = Path(folder)
+    out = Path(out or folder)
     subs = folders(root)
     if not subs:
-        raise SystemExit(f"report: no benchmark folders (<name>/runs/bench.json) under {out}")
-    all_rows = [row for sub in subs for row in rows(sub)]
+        raise SystemExit(f"report: no benchmark folders (<name>/runs/bench.json) under {folder}")
+    mixed = records.check_provenance([r for sub in subs for r in records.bench(sub / "runs").records()], mix,
+                                     f"report {folder}")
+    all_rows = [row for sub in subs for row in rows(sub, mix)]
     baseline = any(s.name == BASELINE for s in subs)
     if baseline:
         _over_baseline(all_rows)
-    lines = [f"# {root.name}: one study over {len(subs)} settings", "",
-             f"Made by `dreamddp-bench report {out}` from the run records of "
-             + ", ".join(f"[{s.name}]({s.name}/README.md)" for s in subs)
-             + " (each made by the command its own README names). Medians over repetitions, min-max in brackets; "
-             "a ratio is taken inside one repetition before its median. Predicted / measured: the simulator's mean "
-             "iteration time over the measured one, a-priori (each run's own prediction, made before it trained from "
-             "its start-up profile, plan and settings) and same-job (on the repetition's compute-only runs and "
-             "recorded link). Time to target: training seconds until the smoothed training loss reaches the "
-             "setting's target (the highest final loss among its timed runs; its README)."
-             + (f" x {BASELINE}: the iteration time over the same algorithm's in the {BASELINE} setting, each first "
-                "in units of its job's calibrated full-speed backward (every job calibrates its link to that, and the "
-                "host's speed drifts between jobs): a ratio of medians across jobs." if baseline else ""), "",
-             "| setting | model | algorithm | reps | iteration s | MiB / iteration | x DreamDDP | x FLSGD | "
-             + (f"x {BASELINE} | " if baseline else "")
-             + "a-priori / measured | same-job / measured | time to target s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if baseline else "")]
-    for r in all_rows:
-        lines.append(f"| {r['setting']} | {r['model']} | {r['algorithm']} | {r['reps']} | "
-                     f"{fmt_spread(r['iteration_s'])} | {fmt_spread(r['mib_per_iteration'], 3)} | "
-                     f"{fmt_spread(r['x_dreamddp'], 2)} | {fmt_spread(r['x_flsgd'], 2)} | "
-                     + (f"{'n/a' if r[f'x_{BASELINE}'] is None else format(r[f'x_{BASELINE}'], '.2f')} | "
-                        if baseline else "")
-                     + f"{fmt_spread(r['apriori_over_measured'], 2)} | {fmt_spread(r['predicted_over_measured'], 2)} | "
-                     f"{fmt_spread(r['time_to_target_s'], 1)} |")
-    write_text(root / "README.md", "\n".join(lines) + "\n")
-    write_csv(root / "study.csv", [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()}
-                                   for r in all_rows])
-    return str(root / "README.md")
+    readme = write_readme(out, "sweep.md.j2", title=title or f"{root.name}: one study over {len(subs)} settings",
+                          mixed=mixed, made_by=made_by or f"dreamddp-bench report {folder}",
+                          settings=[s.name for s in subs], baseline=BASELINE if baseline else None, rows=all_rows)
+    write_csv(out / "study.csv", [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()} for r in all_rows])
+    return [readme, str(out / "study.csv")]

@@ -2,8 +2,8 @@
 
 Runs are compared within a group: same study and scale, model, data, worker
 count and link.  Per run: mean iteration time and exposed wait (the run's
-summary: warm-up iterations excluded, dreamddp/run/summary.py), payload per
-iteration, final evaluation, and the time to target (results/target.py) of
+summary: warm-up iterations excluded, dreamddp/run/summary.py), wire bytes per
+worker per iteration (records.py), final evaluation, and the time to target (results/target.py) of
 the evaluation series.
 
 Target (per group): ``target`` if given, else the worst final value among the
@@ -20,9 +20,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Optional
 
-from dreamddp.algorithms import ALGORITHMS
 from dreamddp.atomic import write_csv as atomic_csv
 from dreamddp.atomic import write_text
+from dreamddp.reports.records import Record, order
 from dreamddp.reports.target import eval_points, time_to_target
 
 # Studies whose runs only profile (two training steps): their timings make no table.
@@ -31,7 +31,7 @@ REFERENCE = "dreamddp"  # the method whose speedups the tables report (the paper
 HIGHER_IS_BETTER = {"accuracy": True, "loss": False, "perplexity": False}
 COLUMNS = (
     "study", "scale", "model", "data", "workers", "link", "algorithm", "H", "iterations",
-    "mean_iteration_time_s", "mean_wait_s", "mib_per_iteration", "final_eval", "metric", "target",
+    "mean_iteration_time_s", "mean_wait_s", "wire_mib_per_iteration", "final_eval", "metric", "target",
     "time_to_target_s", "speedup_iteration", "speedup_time_to_target",
 )
 
@@ -55,28 +55,19 @@ def group_key(run: dict) -> tuple:
             workers(run), link_label(run))
 
 
-def _algorithm(name: str):
-    return ALGORITHMS.get(name)
-
-
 def algo_label(run: dict) -> str:
-    """The run's algorithm as tables name it (a variant such as ``dreamddp+overlap`` included)."""
-    algo = run["config"]["algo"]
-    cls = _algorithm(algo["name"])
-    return cls.variant(algo) if cls is not None else algo["name"]
+    """The run's algorithm as tables name it (records.variant: a variant such as ``dreamddp+overlap``)."""
+    return Record.of(run).variant
 
 
 def algo_order(label: str) -> int:
-    """Display order (algorithms' own metadata); variants sort with their algorithm."""
-    cls = _algorithm(label.split("+")[0])
-    return cls.display.order if cls is not None else 10**6
+    """Display order (records.order: the algorithms' own metadata); variants sort with their algorithm."""
+    return order(label)[0]
 
 
 def h_of(run: dict) -> Optional[int]:
     """H for algorithms that sync once per H-window (their display says so), else None."""
-    algo = run["config"]["algo"]
-    cls = _algorithm(algo["name"])
-    return int(algo["H"]) if cls is not None and cls.display.periodic else None
+    return Record.of(run).H
 
 
 def final(run: dict, metric: str) -> Optional[float]:
@@ -111,7 +102,7 @@ def speedup_rows(runs: Iterable[dict], metric: str = "loss", targets: Optional[d
                 "study": key[0], "scale": key[1], "model": key[2], "data": key[3], "workers": key[4], "link": key[5],
                 "algorithm": algo_label(run), "H": h_of(run), "iterations": s.get("iterations"),
                 "mean_iteration_time_s": s.get("mean_iteration_time"), "mean_wait_s": s.get("mean_wait"),
-                "mib_per_iteration": (s.get("bytes_per_iteration") or 0.0) / 2**20,
+                "wire_mib_per_iteration": Record.of(run).wire_per_iteration() / 2**20,
                 "final_eval": final(run, metric), "metric": metric, "target": target,
                 "time_to_target_s": (time_to_target(eval_points(run, metric), target, HIGHER_IS_BETTER[metric])
                                      if target is not None else None),
@@ -165,13 +156,13 @@ def markdown(rows: list[dict], title: str) -> str:
     for (model, data, n, link), members in groups.items():
         m = members[0]
         lines += ["", f"## {model} on {data}, {n} workers, link {link}: target {m['metric']} {_fmt(m['target'])}", ""]
-        lines += ["| algorithm | H | iterations | iteration (s) | exposed wait (s) | MiB/iteration | final eval "
+        lines += ["| algorithm | H | iterations | iteration (s) | exposed wait (s) | wire MiB/iteration | final eval "
                   f"{m['metric']} | time to target (s) | speedup (iteration) | speedup (time to target) |"]
         lines += ["|---" * 10 + "|"]
         for r in members:
             lines.append("| " + " | ".join([
                 r["algorithm"], _fmt(r["H"]), _fmt(r["iterations"]), _fmt(r["mean_iteration_time_s"]),
-                _fmt(r["mean_wait_s"]), _fmt(r["mib_per_iteration"], ".3f"), _fmt(r["final_eval"]),
+                _fmt(r["mean_wait_s"]), _fmt(r["wire_mib_per_iteration"], ".3f"), _fmt(r["final_eval"]),
                 _fmt(r["time_to_target_s"]), _fmt(r["speedup_iteration"], ".2f"),
                 _fmt(r["speedup_time_to_target"], ".2f"),
             ]) + " |")

@@ -2,7 +2,7 @@
 
 Per model and algorithm, medians over repetitions with the min-max spread: the mean iteration
 time under tc and emulated at the same rate, tc / emulated (inside each repetition), the
-exposed wait and payload bytes under tc, and the ratios over DreamDDP and over FLSGD on
+exposed wait and wire bytes per worker under tc, and the ratios over DreamDDP and over FLSGD on
 each link.  Then the a-priori prediction against the tc measurement: each run's own
 ``summary.predicted``, made before it trained from its start-up profile alone (no
 measurement of the run it predicts, nothing tuned on these runs), its error per run and the
@@ -12,35 +12,33 @@ median and 95th percentile over runs.  Each link's own full report is
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
-from dreamddp.atomic import write_csv, write_text
+from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
+from dreamddp.reports import card, records
 from dreamddp.reports.predict import mean_iteration, timed_mean
 from dreamddp.bench.regime import batch
 from dreamddp.bench.segments import TIMED
-from dreamddp.reports.spread import fmt_spread, median_spread
+from dreamddp.reports.render import write_readme
+from dreamddp.reports.spread import median_spread
 from dreamddp.run.summary import quantile
-
 
 
 def rows(tc: dict, em: dict, model: str) -> list[dict]:
     """One row per timed algorithm (spreads as (median, min, max))."""
     t, e = tc.get(model, {}), em.get(model, {})
     out = []
-    for label in TIMED:
-        if not any(label in s for s in t.values()):
-            continue
+    for label in records.ordered(lb for s in t.values() for lb in s if lb in TIMED):
         row = {"model": model, "algorithm": label,
                "tc_s": median_spread([mean_iteration(s[label]) for s in t.values() if label in s]),
                "emulated_s": median_spread([mean_iteration(s[label]) for s in e.values() if label in s]),
                "tc_over_emulated": median_spread([mean_iteration(t[r][label]) / mean_iteration(e[r][label])
                                                   for r in t if label in t[r] and label in e.get(r, {})]),
                "tc_wait_ms": median_spread([1e3 * timed_mean(s[label], "wait") for s in t.values() if label in s]),
-               "mib_per_iteration": median_spread([s[label]["summary"]["bytes_per_iteration"] / 2**20
-                                                   for s in t.values() if label in s])}
+               "wire_mib": median_spread([records.Record.of(s[label]).wire_per_iteration() / 2**20
+                                          for s in t.values() if label in s])}
         for ref in report.REFERENCES:
             row[f"tc_x_{ref}"] = report.ratio_over(t, label, ref)
             row[f"emulated_x_{ref}"] = report.ratio_over(e, label, ref)
@@ -64,54 +62,46 @@ def apriori(tc: dict) -> list[dict]:
     return out
 
 
-def write(out: str, runs: list[str]) -> str:
-    tc, em = report.load(runs[0]), report.load(runs[1])
-    made = json.loads((Path(runs[0]) / "bench.json").read_text())
-    lines = ["# Benchmark on real shaped links: tc beside the emulated link at the same rate", "",
-             f"Made by `{report.made_by(made['args'])}`; rebuilt by "
-             "`dreamddp-bench report` from the run records under `tc/runs/` and `emulated/runs/`. Every algorithm "
-             "ran as its own job, tc then emulated, the algorithms in an order rotated per repetition; the rate "
-             "was set once per model so that S-SGD's exposed wait over its backward is the given ratio on the "
-             "real link (`calibration/<model>/calibration.json`). Medians over repetitions, min-max in brackets; "
-             "a ratio is taken inside one repetition before its median. Each link's full report: "
-             "[tc/README.md](tc/README.md), [emulated/README.md](emulated/README.md).", ""]
-    csv_rows = []
+def write_all(folder: str, out: str, *, title: str | None = None, made_by: str | None = None,
+              mix: bool = False) -> list[str]:
+    """Each link's report (bench.py), then ``out``/README.md side by side, tc.csv, apriori.csv and the
+    card's loss_vs_time.png of the real link's runs."""
+    trees = [str(Path(folder) / link / "runs") for link in ("tc", "emulated")]
+    for tree in trees:
+        if not (Path(tree) / "bench.json").is_file():
+            raise SystemExit(f"report: {tree}: no bench.json (not a dreamddp-bench run --link tc folder)")
+    found = [r for tree in trees for r in records.bench(tree).records()]
+    mixed = records.check_provenance(found, mix, f"report {out}")
+    for tree in trees:
+        report.write(tree, str(Path(tree).parent), mix=mix, figure=False)
+    tc, em = report.load(trees[0]), report.load(trees[1])
+    models = []
     for model in tc:
-        rec = next(iter(next(iter(tc[model].values())).values()))
-        gbps = rec["config"]["bandwidth"]["gbps"]
-        lines += [f"## {model}: {rec['config']['model']['name']}/{rec['config']['model']['size']}, "
-                  f"{batch(rec)}, {rec['extra']['world_size']} workers, {1e3 * gbps:.4g} Mbit/s, "
-                  f"{len(tc[model])} repetitions", "",
-                  "| algorithm | tc s | emulated s | tc / emulated | tc exposed wait ms | MiB / iteration | "
-                  "x DreamDDP tc | x DreamDDP emulated | x FLSGD tc | x FLSGD emulated |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in rows(tc, em, model):
-            csv_rows.append(r)
-            lines.append(f"| {r['algorithm']} | {fmt_spread(r['tc_s'])} | {fmt_spread(r['emulated_s'])} | "
-                         f"{fmt_spread(r['tc_over_emulated'], 3)} | {fmt_spread(r['tc_wait_ms'], 1)} | "
-                         f"{fmt_spread(r['mib_per_iteration'], 3)} | {fmt_spread(r['tc_x_dreamddp'], 2)} | "
-                         f"{fmt_spread(r['emulated_x_dreamddp'], 2)} | {fmt_spread(r['tc_x_flsgd'], 2)} | "
-                         f"{fmt_spread(r['emulated_x_flsgd'], 2)} |")
-        lines.append("")
+        rec = records.Record.of(next(iter(next(iter(tc[model].values())).values())))
+        models.append({"name": model, "record": rec, "batch": batch(rec.raw), "reps": len(tc[model]),
+                       "mbit": 1e3 * rec.bandwidth["gbps"], "rows": rows(tc, em, model)})
     pred = apriori(tc)
+    errors = sorted(abs(p["error"]) for p in pred)
+    by_algo = [{"model": model, "algorithm": label, "runs": len(mine),
+                "measured": median_spread([p["measured_s"] for p in mine]),
+                "predicted": median_spread([p["predicted_s"] for p in mine]),
+                "error": median_spread([100 * p["error"] for p in mine])}
+               for model in tc for label in records.ordered(p["algorithm"] for p in pred)
+               if (mine := [p for p in pred if p["model"] == model and p["algorithm"] == label])]
+    written = [write_readme(out, "tc.md.j2", title=title or "Benchmark on real shaped links: tc beside the emulated link "
+                            "at the same rate", mixed=mixed,
+                            made_by=made_by or report.made_by(records.bench(trees[0]).args), models=models,
+                            predictions=by_algo, runs=len(pred),
+                            median=statistics.median(errors) if errors else None,
+                            p95=quantile(errors, 0.95) if errors else None)]
     if pred:
-        errors = sorted(abs(p["error"]) for p in pred)
-        lines += ["## A-priori prediction against the real link", "",
-                  f"{len(pred)} tc runs: median absolute error {statistics.median(errors):.1%}, 95th percentile "
-                  f"{quantile(errors, 0.95):.1%}. Each run's prediction is its own, made before it trained from its "
-                  "start-up profile and plan alone (`summary.predicted`).", "",
-                  "| model | algorithm | runs | measured s | predicted s | error |", "|---|---|---|---|---|---|"]
-        for model in tc:
-            for label in TIMED:
-                mine = [p for p in pred if p["model"] == model and p["algorithm"] == label]
-                if mine:
-                    lines.append(f"| {model} | {label} | {len(mine)} | "
-                                 f"{fmt_spread(median_spread([p['measured_s'] for p in mine]))} | "
-                                 f"{fmt_spread(median_spread([p['predicted_s'] for p in mine]))} | "
-                                 f"{fmt_spread(median_spread([100 * p['error'] for p in mine]), 1)} % |")
-        lines.append("")
         write_csv(Path(out) / "apriori.csv", pred)
-    write_text(Path(out) / "README.md", "\n".join(lines) + "\n")
+        written.append(str(Path(out) / "apriori.csv"))
+    csv_rows = [r for m in models for r in m["rows"]]
     if csv_rows:
         write_csv(Path(out) / "tc.csv", [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()} for r in csv_rows])
-    return str(Path(out) / "README.md")
+        written.append(str(Path(out) / "tc.csv"))
+    shown = [r for r in records.bench(trees[0]).records() if r.label in TIMED]
+    if shown:
+        written.append(str(card.write_figure(shown, Path(out) / "loss_vs_time.png")))
+    return written
