@@ -31,8 +31,7 @@ LAYERS = [
     {"run.train"},
     {"config"},
     {"run.launch", "cli", "library", "schedule_cli", "sweep_filter", "planner"},
-    {"results"},
-    {"bench"},
+    {"reports", "bench"},  # the benchmark's jobs write their reports; the reports read its segments and regime
 ]
 LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

@@ -76,7 +76,7 @@ def test_speedup_table_arithmetic():
     assert rows["flsgd"]["speedup_iteration"] == pytest.approx(0.8 / 0.5)
     assert rows["flsgd"]["speedup_time_to_target"] == pytest.approx((9.0 + 7.2) / 11.0)
     assert rows["dreamddp"]["speedup_iteration"] == pytest.approx(1.0)
-    assert rows["ssgd"]["mib_per_iteration"] == pytest.approx(2.0)
+    assert rows["ssgd"]["wire_mib_per_iteration"] == pytest.approx(1024.0 / 2**20)  # the rows' wire_bytes, not the payload
     # an explicit target: nobody but dreamddp reaches 3.15
     rows = {r["algorithm"]: r for r in speedup_rows(runs, targets={"gpt2/tiny": 3.15})}
     assert rows["ssgd"]["time_to_target_s"] is None and rows["dreamddp"]["time_to_target_s"] == pytest.approx(13.5)

@@ -9,7 +9,8 @@ import shutil
 import statistics
 from pathlib import Path
 
-from dreamddp.bench import report, rebuild
+from dreamddp.reports import bench as report
+from dreamddp.reports import rebuild
 from dreamddp.reports.predict import mean_iteration
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bench_small" / "runs"

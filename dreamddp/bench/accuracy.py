@@ -86,7 +86,8 @@ def main(argv=None) -> int:
     made = Path(args.out) / "made.json"
     if not (args.report_only and made.is_file()):  # the report's "Made by" line reads it
         write_text(str(made), json.dumps({"seconds": time.perf_counter() - start, "argv": argv}))
-    print(write_report("accuracy", args.out, folders, mix=args.mix)[0])
+    found = [f for f in folders if os.path.isdir(f)] or [args.out]  # none: the report says there are no records
+    print(write_report("accuracy", args.out, found, mix=args.mix)[0])
     return 0
 
 
