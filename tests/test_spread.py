@@ -1,4 +1,4 @@
-"""The median-and-spread every report prints (dreamddp/results/spread.py)."""
+"""The median-and-spread every report prints (dreamddp/reports/spread.py)."""
 
 from dreamddp.reports.spread import fmt_spread, median_spread
 

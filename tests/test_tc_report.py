@@ -7,14 +7,15 @@ import pytest
 
 from dreamddp.bench import jobs
 from dreamddp.reports import tc as tc_report
+from dreamddp.reports.records import Record
 
 
-def rec(seconds: float, wait: float = 0.0, predicted: float | None = None) -> dict:
+def rec(seconds: float, wait: float = 0.0, predicted: float | None = None) -> Record:
     rows = [{"time": seconds, "wait": wait, "forward": 0.0, "backward": 0.0}] * 10
     summary = {"mean_iteration_time": seconds, "bytes_per_iteration": 2**20}
     if predicted:
         summary["predicted"] = {"mean_iteration_time": predicted}
-    return {"iterations": rows, "summary": summary}
+    return Record.of({"iterations": rows, "summary": summary})
 
 
 def test_ratios_are_taken_inside_each_repetition_on_each_link():

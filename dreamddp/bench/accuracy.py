@@ -4,7 +4,7 @@ One benchmark job (dreamddp-bench run: every algorithm in one process group,
 interleaved window by window) per model and link rate, the rate set as the
 all-reduce of all parameters over the steady backward pass (``--ratios``).
 For every timed run the simulator predicts its mean iteration time from the
-same job's measurements only (dreamddp/bench/predict.py: DreamDDP's per-unit
+same job's measurements only (dreamddp/reports/predict.py: DreamDDP's per-unit
 profile, the compute of the job's two compute-only runs (nosync and plain,
 pooled) and every rank's compute per iteration in them, drawn whole measured iterations at a
 time, every rank's together (records with ``compute_by_rank`` series; older ones: each rank on

@@ -9,7 +9,7 @@ all-reduce of all parameters takes ``--ratio`` x the calibrated steady
 backward pass; the engine-overhead segments run on the ideal link.  The first
 repetition also measures peak tensor memory per algorithm (unless
 ``--no-memory``).  Then dreamddp/reports/bench.py writes ``<out>/README.md`` and
-``bench.csv``, and the result card (dreamddp/results/card.py) is printed.
+``bench.csv``, and the result card (dreamddp/reports/card.py) is printed.
 Before the first job starts every run of every job is composed and validated
 (``check_configs``): a ``--set`` one segment cannot take is refused in one line.
 

@@ -1,4 +1,4 @@
-"""``python -m dreamddp.results ...``: see dreamddp/results/cli.py."""
+"""``python -m dreamddp.reports ...`` (``dreamddp-results``): see dreamddp/reports/cli.py."""
 
 import sys
 

@@ -22,7 +22,8 @@ from dreamddp.reports.accuracy_measures import TIE, accuracy, by_job, median_ran
 def rows_of(runs_dir: str, ratio: float) -> list[dict]:
     out = []
     for model, reps in bench_report.load(runs_dir).items():
-        for rep, segs in reps.items():
+        for rep, job in reps.items():
+            segs = records.raw(job)  # the simulator's record-level API reads the raw records
             profile = bp.steady_profile(segs)
             if profile is None:
                 continue
@@ -64,7 +65,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                             "host_complete_us": None if host is None else 1e6 * host[1],
                             "no_host_s": no_host, "no_host_error": no_host / measured - 1,
                             "link_only_s": link_only.mean_iter, "in_run_s": in_run, **_in_run_parts(rec),
-                            "late_ms": None if (late := bench_report.lateness(rec)) is None else 1e3 * late,
+                            "late_ms": None if (late := bench_report.lateness(job[label])) is None else 1e3 * late,
                             "backward_x_reference": bp.backward_over_reference(rec, segs, profile),
                             "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward,
                             "ring_kinds_error": None if ring is None else ring / measured - 1,

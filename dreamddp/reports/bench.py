@@ -3,12 +3,11 @@
 Every number here is computed from the run records under ``<runs>/<model>/rep<k>/<segment>/``;
 medians are over repetitions, spreads are min-max, and a ratio is taken within
 one repetition (one job, one link rate) before its median is.  Bounds and
-predictions come from the same job's records (dreamddp/bench/predict.py).
+predictions come from the same job's records (dreamddp/reports/predict.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from dataclasses import replace
@@ -36,16 +35,18 @@ AUTHORS_KEYS = records.authors_keys()
 
 
 def load(runs: str) -> dict:
-    """{model: {rep: {segment: run record}}} of every completed segment, as the simulator's
-    record-level API takes them (the raw mapping, ``_dir`` its folder; records.bench reads them)."""
-    return {model: {rep: {label: {**r.raw, "_dir": r.path} for label, r in segs.items()} for rep, segs in reps.items()}
-            for model, reps in records.bench(runs).runs.items()}
+    """{model: {rep: {segment: records.Record}}} of every completed segment."""
+    return records.bench(runs).runs
 
 
 REFERENCES = ("dreamddp", "flsgd")  # the algorithms the side-by-side reports divide by
 
 
-def ratio_over(reps: dict, label: str, ref: str, of=bp.mean_iteration):
+def mean_iteration(rec: records.Record) -> float:
+    return rec.mean_iteration
+
+
+def ratio_over(reps: dict, label: str, ref: str, of=mean_iteration):
     """``label``'s ``of`` (default its mean iteration) over ``ref``'s, taken inside each
     repetition, then its median with the min-max spread (None where no repetition has both)."""
     return median_spread([of(s[label]) / of(s[ref]) for s in reps.values() if label in s and ref in s])
@@ -54,7 +55,13 @@ def ratio_over(reps: dict, label: str, ref: str, of=bp.mean_iteration):
 def job_seconds(segs: dict) -> float:
     """One job's duration: its first segment's start to its last segment's end (records only, so
     a job kept by ``bench.py --resume`` counts as long as it took)."""
-    return max(r["end_time"] for r in segs.values()) - min(r["start_time"] for r in segs.values())
+    return max(r.end_time for r in segs.values()) - min(r.start_time for r in segs.values())
+
+
+def _over_dreamddp(times: dict) -> dict:
+    """Baseline / DreamDDP from the authors' modelled times (their names: AUTHORS_KEYS)."""
+    ours = records.authors_key(REFERENCE)
+    return {label: times[theirs] / times[ours] for label, theirs in AUTHORS_KEYS.items()}
 
 
 def paper_ratios(model: str) -> dict:
@@ -63,8 +70,7 @@ def paper_ratios(model: str) -> dict:
         profile = paper_32gpu_profile(model)
     except (KeyError, FileNotFoundError):
         return {}
-    times = modelled_times(profile, 10)["algorithm_times"]
-    return {ours: times[theirs] / times["dream_ddp"] for ours, theirs in AUTHORS_KEYS.items()}
+    return _over_dreamddp(modelled_times(profile, 10)["algorithm_times"])
 
 
 def authors_on_ours(segs: dict) -> dict:
@@ -72,43 +78,41 @@ def authors_on_ours(segs: dict) -> dict:
     its communication) on THIS job's profile: each unit's steady backward and its all-reduce
     as the recorded link takes it.  Next to the measured ratios it shows what leaving the
     forward pass out of the model does to the gain."""
-    profile = bp.steady_profile(segs)
+    profile = bp.steady_profile(records.raw(segs))
     rec = segs.get(REFERENCE)
     if profile is None or rec is None:
         return {}
-    link, world = record_link(rec), rec["extra"]["world_size"]
-    comm = {u: link.seconds("all_reduce", profile.nbytes[u], world) for u in profile.units}
-    times = modelled_times(replace(profile, comm=comm), int(rec["config"]["algo"]["H"]))["algorithm_times"]
-    return {ours: times[theirs] / times["dream_ddp"] for ours, theirs in AUTHORS_KEYS.items()}
+    link = record_link(rec.raw)
+    comm = {u: link.seconds("all_reduce", profile.nbytes[u], rec.world) for u in profile.units}
+    return _over_dreamddp(modelled_times(replace(profile, comm=comm), rec.H)["algorithm_times"])
 
 
-def lateness(rec: dict) -> float | None:
+def lateness(rec: records.Record) -> float | None:
     """The median over sampled iterations of how long a worker was blocked in a wait after the
     collective's link deadline (the most of any collective of the iteration): what it waited
     beyond the link model, for the slowest rank to reach the collective and the backend's own
     transfer.  A collective waited long after its deadline (merged late) blocked for nothing."""
     late = []
-    for r in bp.timed(rec):
-        events = [e for e in (r.get("timeline") or {}).get("collectives", []) if e["complete"] is not None]
+    for r in rec.timed():
+        events = [(complete, deadline, blocked) for complete, deadline, blocked in r.collectives if complete is not None]
         if events:
-            late.append(max(max(0.0, min(e["complete"] - e["deadline"], e["blocked"])) for e in events))
+            late.append(max(max(0.0, min(c - d, b)) for c, d, b in events))
     return statistics.median(late) if late else None
 
 
 def per_rep(reps: dict) -> dict:
     """Per repetition and segment: measured, predicted, bounds (seconds), ratios."""
     out: dict = {}
-    for r, segs in reps.items():
+    for r, job in reps.items():
+        segs = records.raw(job)  # the analysis (predict.py) reads the raw records
         profile = bp.steady_profile(segs)
         skew = bp.reference_skew(segs, profile) if profile else None
-        for label in TIMED:
-            rec = segs.get(label)
-            if rec is None:
-                continue
-            row = {"rep": r, "measured": bp.mean_iteration(rec), "late": lateness(rec), "probed": record_carrier(rec) is not None,
-                   "carrier": rec["extra"]["link"].get("carrier", "eager")}
-            if REFERENCE in segs:
-                row["x_dreamddp"] = bp.mean_iteration(rec) / bp.mean_iteration(segs[REFERENCE])
+        for label in records.ordered(lb for lb in job if lb in TIMED):
+            typed, rec = job[label], segs[label]
+            row = {"rep": r, "measured": typed.mean_iteration, "late": lateness(typed),
+                   "probed": record_carrier(rec) is not None, "carrier": typed.carrier}
+            if REFERENCE in job:
+                row["x_dreamddp"] = typed.mean_iteration / job[REFERENCE].mean_iteration
             if any(label in segs for label in bp.COMPUTE_ONLY):
                 row["compute_over"] = bp.backward_over_reference(rec, segs, profile)
                 row["forward_over"] = bp.forward_over_reference(rec, segs)
@@ -127,25 +131,23 @@ def per_rep(reps: dict) -> dict:
     return out
 
 
-def in_flight_bytes(rec: dict | None) -> int | None:
+def in_flight_bytes(rec: records.Record | None) -> int | None:
     """The most parameter bytes a delayed-merge plan has in flight at once: the late collectives
     launched in the last ``merge_delay`` iterations (each holds a copy of its units)."""
-    if not rec or not rec["extra"]["algorithm"].get("delayed"):
+    if not rec or not rec.delayed:
         return None
-    late, d = rec["extra"]["algorithm"]["delayed"], int(rec["config"]["algo"]["merge_delay"])
-    units = rec["extra"]["units"]
-    layout = UnitLayout(tuple(u["name"] for u in units), tuple(4 * u["numel"] for u in units), frozenset(),
-                        rec["extra"]["world_size"])
-    per = [sum(layout.op_bytes(late_op(*late_run(e), d, late_part(e))) for e in its) for its in late]
+    d = int(rec.options.get("merge_delay") or 0)
+    layout = UnitLayout(tuple(name for name, _ in rec.units), tuple(4 * n for _, n in rec.units), frozenset(), rec.world)
+    per = [sum(layout.op_bytes(late_op(*late_run(e), d, late_part(e))) for e in its) for its in rec.delayed]
     return max(sum(per[(h - k) % len(per)] for k in range(d)) for h in range(len(per)))
 
 
 def times_to_target(reps: dict) -> tuple[float | None, dict]:
     """(target, {label: [seconds per repetition or None]}) on the smoothed training loss
-    (results/target.py): the target is the highest final value among the timed runs, so
+    (target.py): the target is the highest final value among the timed runs, so
     every one of them reaches it."""
-    curves = {(r, label): train_loss_points([records.Row.of(x) for x in segs[label]["iterations"]])
-              for r, segs in reps.items() for label in TIMED if label in segs}
+    curves = {(r, label): train_loss_points(segs[label].iterations)
+              for r, segs in reps.items() for label in records.ordered(segs) if label in TIMED}
     if not curves:  # a job of the ideal-link segments alone (--only nosync@ideal plain@ideal)
         return None, {}
     target = max(points[-1][1] for points in curves.values())
@@ -164,16 +166,13 @@ def model_section(model: str, reps: dict) -> tuple[dict, list[dict]]:
     ttt_ratio = {label: [a / b for a, b in zip(ttt[label], ttt.get(REFERENCE, [])) if a and b] for label in ttt}
     some = next(iter(reps.values()))
     # the header's run: a timed one (the calibration run is shorter and has no algorithm of its own)
-    rec = some.get(REFERENCE) or some.get(bp.NOSYNC) or next(r for label, r in some.items() if label != "calibration")
-    head = records.Record.of(rec, rec["_dir"])
-    calib = json.loads((Path(rec["_dir"]).parent / "calibration.json").read_text())
-    comm_backward = [s["ssgd"]["summary"]["mean_wait"] / s["ssgd"]["summary"]["mean_backward"]
-                     for s in reps.values() if "ssgd" in s]
-    ctx = {"model": model, "record": head, "batch": batch(rec), "reps": len(reps), "calib": calib,
-           "comm_backward": median_spread(comm_backward), "emulation": emulation(rec, some),
-           "compute_split": compute_split(some), "target": target, "rows": [], "varied": {}, "memory": {}}
+    head = some.get(REFERENCE) or some.get(bp.NOSYNC) or next(r for label, r in some.items() if label != "calibration")
+    comm_backward = [s["ssgd"].mean_wait / s["ssgd"].mean_backward for s in reps.values() if "ssgd" in s]
+    ctx = {"model": model, "record": head, "batch": batch(head.raw), "reps": len(reps), "calib": head.calibration(),
+           "comm_backward": median_spread(comm_backward), "emulation": emulation(head.raw, records.raw(some)),
+           "compute_split": compute_split(records.raw(some)), "target": target, "rows": [], "varied": {}, "memory": {}}
     rows = []
-    for label in records.ordered(label for label in stats if label in TIMED):
+    for label in records.ordered(stats):
         st = stats[label]
         col = lambda key: median_spread([s.get(key) for s in st])  # noqa: E731
         ratio = lambda key: median_spread([s[key] / s["measured"] for s in st if s.get(key)])  # noqa: E731
@@ -198,19 +197,17 @@ def model_section(model: str, reps: dict) -> tuple[dict, list[dict]]:
     ran = {label for s in reps.values() for label in s}
     bases = {label: VARIES[label] for label in TIMED if label in OPT_IN and label in ran and VARIES[label] != label}
     ctx["varied"] = {f"{label} / {base}": v for label, base in bases.items()
-                     if (v := median_spread([bp.mean_iteration(s[label]) / bp.mean_iteration(s[base])
-                                             for s in reps.values() if label in s and base in s]))}
-    ctx["ideal_times"] = {label: median_spread([bp.mean_iteration(s[label]) for s in reps.values() if label in s])
+                     if (v := ratio_over(reps, label, base))}
+    ctx["ideal_times"] = {label: median_spread([s[label].mean_iteration for s in reps.values() if label in s])
                           for label in IDEAL if label in ran or label not in OPT_IN}
-    ctx["overhead"] = engine_overhead(reps)
-    ctx["phases"] = {k: fmt_ms(v) for k, v in phase_overhead(reps).items()}
-    memory = {label[: -len("@memory")]: s[label]["extra"]["memory"]["peak_bytes"]
-              for s in reps.values() for label in s if label.endswith("@memory")}
+    ctx["overhead"] = engine_overhead(records.raw_reps(reps))
+    ctx["phases"] = {k: fmt_ms(v) for k, v in phase_overhead(records.raw_reps(reps)).items()}
+    measured = [r for s in reps.values() for label, r in s.items() if label.endswith("@memory")]
+    memory = {r.label[: -len("@memory")]: r.peak_bytes for r in measured}
     if memory:
         # as each record says it measured (CPU records before 2026-11-29 counted the profiler's own
         # events, which miss a free made on gloo's thread: dreamddp/bench/memory.py)
-        notes = sorted({s[label]["extra"]["memory"].get("note") or "" for s in reps.values()
-                        for label in s if label.endswith("@memory")} - {""})
+        notes = sorted({r.memory_note for r in measured} - {""})
         ratio = lambda peak, ref: peak / memory[ref] if memory.get(ref) else None  # noqa: E731
         ctx["memory"] = {"how": "; ".join(notes) or "not recorded",
                          "rows": [(label, peak / 2**20, ratio(peak, "plain@ideal"), ratio(peak, "nosync@ideal"))
@@ -243,12 +240,12 @@ def write(runs: str, out: str, data: dict | None = None, *, title: str | None = 
     caller has it); returns the table's rows (medians with their spread)."""
     from dreamddp.reports import card
 
-    found = records.bench(runs)
     if not (Path(runs) / "bench.json").is_file():
         raise SystemExit(f"report: {runs}: no bench.json (not a folder dreamddp-bench run wrote)")
+    found = records.bench(runs)
     mixed = records.check_provenance(found.records(), mix, f"report {out}")
     args = found.args
-    data = load(runs) if data is None else data
+    data = found.runs if data is None else data
     seconds = sum(job_seconds(segs) for reps in data.values() for segs in reps.values())
     sections, rows = [], []
     for model, reps in data.items():

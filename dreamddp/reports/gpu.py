@@ -1,7 +1,7 @@
 """results/gpu/README.md: the GPU benchmark's ratios next to the CPU one's and the paper's, and memory.
 
 Part of ``dreamddp-bench gpu --reports``.  Reads the reports' bench.csv (medians over
-repetitions, made by dreamddp/bench/report.py) of every ``<gpu>/<device kind>/<job>/``
+repetitions, made by dreamddp/reports/bench.py) of every ``<gpu>/<device kind>/<job>/``
 (``devices``: one folder per kind of device, h200/, h100/, ...) and of the CPU ``make bench``,
 and the run records (memory segments, the engine-overhead pairs); writes ``<gpu>/README.md``.
 """
@@ -32,7 +32,7 @@ def fmt(row: dict | None, key: str, digits: int = 2) -> str:
 
 def memory(jobs: list[dict], model: str) -> dict[str, float]:
     """Peak bytes per algorithm from the memory segments of every job of ``model`` (repetition 0)."""
-    return {label[: -len("@memory")]: rec["extra"]["memory"]["peak_bytes"]
+    return {label[: -len("@memory")]: rec.peak_bytes
             for job in jobs for label, rec in job.get(model, {}).get(0, {}).items() if label.endswith("@memory")}
 
 
@@ -75,11 +75,12 @@ def write(gpu: Path, cpu_dir: Path, *, title: str | None = None, made_by: str | 
                 reps = jobs[some][model]
                 first = reps[min(reps)]
                 rec = next(iter(first.values()))
-                regimes.append((card, len(reps), regime.batch(rec), regime.emulation(rec, first) + " " + regime.compute_split(first)))
+                regimes.append((card, len(reps), regime.batch(rec.raw), regime.emulation(rec.raw, records.raw(first))
+                                + " " + regime.compute_split(records.raw(first))))
         cpu_regime = None
         if model in cpu_jobs:
             cpu_first = cpu_jobs[model][min(cpu_jobs[model])]
-            cpu_regime = f"{regime.batch(next(iter(cpu_first.values())))}. " + regime.compute_split(cpu_first)
+            cpu_regime = f"{regime.batch(next(iter(cpu_first.values())).raw)}. " + regime.compute_split(records.raw(cpu_first))
         ran = [card for card in cards if found[card]]  # the machines that timed this model
         rows = []
         for algo in records.ordered(a for card in ran for (m, a) in timed[card] if m == model):
@@ -117,11 +118,11 @@ def overhead_table(folders: dict, jobs: dict) -> list[list[str]]:
     for card, dirs in folders.items():
         for d in dirs:
             for model, reps in jobs[d].items():
-                over = overhead.engine_overhead(reps)
+                over = overhead.engine_overhead(records.raw_reps(reps))
                 if not any(over.values()):
                     continue
-                world = records.Record.of(next(iter(next(iter(reps.values())).values()))).world
-                phases = overhead.phase_overhead(reps)
+                world = next(iter(next(iter(reps.values())).values())).world
+                phases = overhead.phase_overhead(records.raw_reps(reps))
                 split = " / ".join(f"{v[0]:+.2f}" for v in phases.values()) if phases else "n/a"
                 rows.append([f"{card} {d.parent.name}/{d.name}", model, str(world), str(len(reps))]
                             + [fmt_spread(over.get(k), 3) for k in OVERHEAD_COLUMNS] + [split])

@@ -29,20 +29,20 @@ REFERENCE = report.REFERENCE  # DreamDDP
 
 
 def _records(reps: dict, label: str) -> list[records.Record]:
-    return [records.Record.of(s[label]) for s in reps.values() if label in s]
+    return [s[label] for s in reps.values() if label in s]
 
 
-def wire_per_iteration(rec: dict) -> float:
+def wire_per_iteration(rec: records.Record) -> float:
     """Wire bytes per worker per timed iteration (records.py: the one definition)."""
-    return records.Record.of(rec).wire_per_iteration()
+    return rec.wire_per_iteration()
 
 
-def final_train(rec: dict) -> float:
-    return records.Record.of(rec).final_loss()
+def final_train(rec: records.Record) -> float:
+    return rec.final_loss()
 
 
-def final_eval(rec: dict) -> float | None:
-    return records.Record.of(rec).final_eval()
+def final_eval(rec: records.Record) -> float | None:
+    return rec.final_eval()
 
 
 def _difference(reps: dict, label: str, of):
@@ -92,11 +92,11 @@ def write(time_dir: str, quality_dir: str, out: str, *, claims: dict[str, str] |
         mine = [r for r in table if r["model"] == model]
         models.append({"name": model, "target": mine[0]["loss_target"], "rows": mine,
                        "claims": any(r["claim"] for r in mine)})
-    ratio = float(tbench.args["ratio"])
+    ratio = float(tbench.args.get("ratio"))
     readme = write_readme(out, "methods_card.md.j2", title=title or f"The methods the field moved to, at comm/backward {ratio:g}",
                           mixed=mixed, made_by=made_by or f"dreamddp-bench card {time_dir} {quality_dir} --out {out}",
                           time_dir=time_dir, quality_dir=quality_dir, same=same, ratio=ratio,
-                          qratio=float(qbench.args["ratio"]), iterations=qbench.args.get("iterations"),
+                          qratio=float(qbench.args.get("ratio")), iterations=qbench.args.get("iterations"),
                           rel_time=os.path.relpath(time_dir, out), rel_quality=os.path.relpath(quality_dir, out),
                           smooth=SMOOTH, models=models)
     write_csv(Path(out) / "card.csv", [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()} for r in table])

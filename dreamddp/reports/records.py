@@ -109,6 +109,7 @@ class Row:
     bytes: float = 0.0  # payload: the collectives' flat tensors (module docstring)
     wire_bytes: float | None = None  # what this worker sent (None: an old record)
     elapsed: float | None = None  # compact records: training seconds up to this row
+    collectives: tuple = ()  # sampled rows: (complete, deadline, blocked) per collective, seconds in the iteration
 
     @property
     def wire(self) -> float:
@@ -116,8 +117,10 @@ class Row:
 
     @classmethod
     def of(cls, r: dict) -> "Row":
+        events = tuple((e.get("complete"), e.get("deadline"), e.get("blocked", 0.0))
+                       for e in (r.get("timeline") or {}).get("collectives", []))
         return cls(r.get("iteration", 0), r.get("time", 0.0), r.get("wait", 0.0), r.get("forward", 0.0),
-                   r.get("backward", 0.0), r.get("loss"), r.get("bytes", 0), r.get("wire_bytes"), r.get("elapsed"))
+                   r.get("backward", 0.0), r.get("loss"), r.get("bytes", 0), r.get("wire_bytes"), r.get("elapsed"), events)
 
 
 @dataclass
@@ -139,18 +142,22 @@ class Record:
     summary: dict
     extra: dict
     path: str | None = None  # the run's folder (or compact record file)
-    raw: dict = field(default_factory=dict, repr=False)  # for the simulator's record-level API
+    start_time: float | None = None
+    end_time: float | None = None
+    # the raw mapping, for the simulator's record-level API (dreamddp/prediction.py, predict.py):
+    # the one door through which the analysis reads what this class does not type
+    raw: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, raw: dict, path: str | None = None, label: str | None = None) -> "Record":
         config, extra, summary = raw.get("config") or {}, raw.get("extra") or {}, raw.get("summary") or {}
         algo, model = config.get("algo") or {"name": "?"}, config.get("model") or {}
         world = int(summary.get("workers") or extra.get("world_size") or 0)
-        return cls(label or variant(algo), algo["name"], dict(algo), f"{model.get('name')}/{model.get('size')}",
+        return cls(label or variant(algo), algo.get("name", "?"), dict(algo), f"{model.get('name')}/{model.get('size')}",
                    (config.get("data") or {}).get("name", "?"), config.get("bandwidth") or {}, world,
                    raw.get("status", "?"), Provenance.of(raw), [Row.of(r) for r in raw.get("iterations", [])],
                    raw.get("evals") or [], extra.get("memory"), extra.get("profile"), summary.get("predicted"),
-                   summary, extra, path, raw)
+                   summary, extra, path, raw.get("start_time"), raw.get("end_time"), raw)
 
     @property
     def variant(self) -> str:
@@ -180,10 +187,50 @@ class Record:
     def mean_wait(self) -> float:
         return self.summary["mean_wait"]
 
+    @property
+    def mean_backward(self) -> float:
+        return self.summary["mean_backward"]
+
+    @property
+    def predicted_mean(self) -> float | None:
+        """The run's own a-priori mean iteration (made before it trained), None if it made none."""
+        return (self.prediction or {}).get("mean_iteration_time")
+
+    @property
+    def peak_bytes(self) -> float | None:
+        return (self.memory or {}).get("peak_bytes")
+
+    @property
+    def memory_note(self) -> str:
+        return (self.memory or {}).get("note") or ""
+
+    @property
+    def carrier(self) -> str:
+        return self.link.get("carrier", "eager")
+
+    @property
+    def delayed(self) -> list | None:
+        """A delayed-merge plan's late collectives per window position (None without a delay)."""
+        return (self.extra.get("algorithm") or {}).get("delayed")
+
+    @property
+    def units(self) -> list[tuple[str, int]]:
+        """(unit, parameters) in backward order."""
+        return [(u["name"], u["numel"]) for u in self.extra.get("units", [])]
+
+    def calibration(self) -> "Calibration":
+        """The link calibration of the job this benchmark segment ran in (its rep folder's)."""
+        return Calibration.of(json.loads((Path(self.path).parent / "calibration.json").read_text()))
+
     def timed(self) -> list[Row]:
         """The rows after the warm-up the summary leaves out (dreamddp/run/summary.py)."""
+        if not self.raw.get("compact"):
+            return self.iterations[warmup_cut(len(self.iterations)):]
         cut = warmup_cut(int(self.summary.get("iterations") or len(self.iterations)))  # compact rows are thinned
         return [r for r in self.iterations if r.iteration >= cut] or self.iterations
+
+    def timed_mean(self, field: str) -> float:
+        return statistics.fmean(getattr(r, field) for r in self.timed())
 
     def wire_per_iteration(self) -> float:
         """Wire bytes per worker per timed iteration (the module's one definition); a record made
@@ -214,6 +261,19 @@ def read(path: str | Path, label: str | None = None) -> Record:
 
 # ---- a benchmark folder ----
 
+@dataclass(frozen=True)
+class Calibration:
+    """A job's link calibration (``<rep>/calibration.json``): the rate set for ``ratio``."""
+    gbps: float
+    model_bytes: float
+    ratio: float
+    backward_s: float
+
+    @classmethod
+    def of(cls, d: dict) -> "Calibration":
+        return cls(d.get("gbps"), d.get("model_bytes"), d.get("ratio"), d.get("backward_s"))
+
+
 @dataclass
 class Bench:
     """``dreamddp-bench run``'s ``<dir>/runs/``: its arguments (bench.json), its job spec and
@@ -228,6 +288,15 @@ class Bench:
         return [r for reps in self.runs.values() for segs in reps.values() for r in segs.values()]
 
 
+def raw(segs: dict) -> dict:
+    """{label: raw record with its ``_dir``} of one job: what the analysis modules take."""
+    return {label: r.raw for label, r in segs.items()}
+
+
+def raw_reps(reps: dict) -> dict:
+    return {rep: raw(segs) for rep, segs in reps.items()}
+
+
 def bench(runs_dir: str | Path) -> Bench:
     root = Path(runs_dir)
     made = root / "bench.json"
@@ -236,6 +305,7 @@ def bench(runs_dir: str | Path) -> Bench:
     runs: dict = {}
     for path in sorted(root.glob("*/rep*/*/run.json")):
         rec = read(path, path.parts[-2])
+        rec.raw["_dir"] = rec.path  # the analysis finds the job's profile and spec beside it
         if rec.status == "completed":
             runs.setdefault(path.parts[-4], {}).setdefault(int(path.parts[-3][3:]), {})[rec.label] = rec
     return Bench(str(root), meta.get("args") or {}, meta.get("seconds"),

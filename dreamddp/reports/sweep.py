@@ -17,13 +17,11 @@ folder's own full report is ``<dir>/<folder>/README.md`` (report.py).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
 from dreamddp.reports import records
-from dreamddp.reports.predict import mean_iteration
 from dreamddp.bench.segments import TIMED
 from dreamddp.reports.render import write_readme
 from dreamddp.reports.spread import median_spread
@@ -38,15 +36,13 @@ def folders(out: Path) -> list[Path]:
     return sorted(found, key=key)
 
 
-def _in_backwards(rec: dict) -> float:
+def _in_backwards(rec: records.Record) -> float:
     """The run's mean iteration in units of its job's calibrated full-speed backward."""
-    calibration = json.loads((Path(rec["_dir"]).parent / "calibration.json").read_text())
-    return mean_iteration(rec) / calibration["backward_s"]
+    return rec.mean_iteration / rec.calibration().backward_s
 
 
-def _apriori(rec: dict) -> float | None:
-    predicted = (rec["summary"].get("predicted") or {}).get("mean_iteration_time")
-    return predicted / mean_iteration(rec) if predicted else None
+def _apriori(rec: records.Record) -> float | None:
+    return rec.predicted_mean / rec.mean_iteration if rec.predicted_mean else None
 
 
 def rows(folder: Path, mix: bool = False) -> list[dict]:
@@ -59,9 +55,9 @@ def rows(folder: Path, mix: bool = False) -> list[dict]:
             mine = [s[label] for s in reps.values() if label in s]
             full = made.get((model, label), {})
             row = {"setting": folder.name, "model": model, "algorithm": label, "reps": len(mine),
-                   "iteration_s": median_spread(mean_iteration(r) for r in mine),
+                   "iteration_s": median_spread(r.mean_iteration for r in mine),
                    "iteration_backwards": median_spread(_in_backwards(r) for r in mine),
-                   "wire_mib": median_spread(records.Record.of(r).wire_per_iteration() / 2**20 for r in mine)}
+                   "wire_mib": median_spread(r.wire_per_iteration() / 2**20 for r in mine)}
             for ref in report.REFERENCES:
                 row[f"x_{ref}"] = report.ratio_over(reps, label, ref)
             row.update(apriori_over_measured=median_spread(_apriori(r) for r in mine),

@@ -18,7 +18,6 @@ from pathlib import Path
 from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
 from dreamddp.reports import card, records
-from dreamddp.reports.predict import mean_iteration, timed_mean
 from dreamddp.bench.regime import batch
 from dreamddp.bench.segments import TIMED
 from dreamddp.reports.render import write_readme
@@ -32,13 +31,12 @@ def rows(tc: dict, em: dict, model: str) -> list[dict]:
     out = []
     for label in records.ordered(lb for s in t.values() for lb in s if lb in TIMED):
         row = {"model": model, "algorithm": label,
-               "tc_s": median_spread([mean_iteration(s[label]) for s in t.values() if label in s]),
-               "emulated_s": median_spread([mean_iteration(s[label]) for s in e.values() if label in s]),
-               "tc_over_emulated": median_spread([mean_iteration(t[r][label]) / mean_iteration(e[r][label])
+               "tc_s": median_spread([s[label].mean_iteration for s in t.values() if label in s]),
+               "emulated_s": median_spread([s[label].mean_iteration for s in e.values() if label in s]),
+               "tc_over_emulated": median_spread([t[r][label].mean_iteration / e[r][label].mean_iteration
                                                   for r in t if label in t[r] and label in e.get(r, {})]),
-               "tc_wait_ms": median_spread([1e3 * timed_mean(s[label], "wait") for s in t.values() if label in s]),
-               "wire_mib": median_spread([records.Record.of(s[label]).wire_per_iteration() / 2**20
-                                          for s in t.values() if label in s])}
+               "tc_wait_ms": median_spread([1e3 * s[label].timed_mean("wait") for s in t.values() if label in s]),
+               "wire_mib": median_spread([s[label].wire_per_iteration() / 2**20 for s in t.values() if label in s])}
         for ref in report.REFERENCES:
             row[f"tc_x_{ref}"] = report.ratio_over(t, label, ref)
             row[f"emulated_x_{ref}"] = report.ratio_over(e, label, ref)
@@ -51,14 +49,11 @@ def apriori(tc: dict) -> list[dict]:
     out = []
     for model, reps in tc.items():
         for rep, segs in sorted(reps.items()):
-            for label in TIMED:
-                rec = segs.get(label)
-                predicted = (rec or {}).get("summary", {}).get("predicted") or {}
-                if predicted.get("mean_iteration_time"):
-                    measured = rec["summary"]["mean_iteration_time"]
-                    out.append({"model": model, "rep": rep, "algorithm": label, "measured_s": measured,
-                                "predicted_s": predicted["mean_iteration_time"],
-                                "error": predicted["mean_iteration_time"] / measured - 1})
+            for label in records.ordered(lb for lb in segs if lb in TIMED):
+                rec = segs[label]
+                if rec.predicted_mean:
+                    out.append({"model": model, "rep": rep, "algorithm": label, "measured_s": rec.mean_iteration,
+                                "predicted_s": rec.predicted_mean, "error": rec.predicted_mean / rec.mean_iteration - 1})
     return out
 
 
@@ -77,9 +72,9 @@ def write_all(folder: str, out: str, *, title: str | None = None, made_by: str |
     tc, em = report.load(trees[0]), report.load(trees[1])
     models = []
     for model in tc:
-        rec = records.Record.of(next(iter(next(iter(tc[model].values())).values())))
+        rec = next(iter(next(iter(tc[model].values())).values()))
         models.append({"name": model, "record": rec, "batch": batch(rec.raw), "reps": len(tc[model]),
-                       "mbit": 1e3 * rec.bandwidth["gbps"], "rows": rows(tc, em, model)})
+                       "mbit": 1e3 * rec.bandwidth.get("gbps"), "rows": rows(tc, em, model)})
     pred = apriori(tc)
     errors = sorted(abs(p["error"]) for p in pred)
     by_algo = [{"model": model, "algorithm": label, "runs": len(mine),
