@@ -164,6 +164,15 @@ class Record:
         return variant(self.options)
 
     @property
+    def study(self) -> str:
+        """A compact record's study and scale (collect.study_of of its experiment)."""
+        return self.raw.get("study", "")
+
+    @property
+    def scale(self) -> str:
+        return self.raw.get("scale", "")
+
+    @property
     def seed(self):
         return (self.raw.get("config") or {}).get("seed")
 
@@ -251,6 +260,11 @@ class Record:
     def final_eval(self, metric: str = "loss") -> float | None:
         values = [e[metric] for e in self.evaluation if e.get(metric) is not None]
         return float(values[-1]) if values else None
+
+
+def typed(run) -> Record:
+    """A Record of a raw or compact record (a Record as it is)."""
+    return run if isinstance(run, Record) else Record.of(run, run.get("source"))
 
 
 def read(path: str | Path, label: str | None = None) -> Record:

@@ -22,7 +22,7 @@ from typing import Iterable, Optional
 
 from dreamddp.atomic import write_csv as atomic_csv
 from dreamddp.atomic import write_text
-from dreamddp.reports.records import Record, order
+from dreamddp.reports.records import order, typed
 from dreamddp.reports.target import eval_points, time_to_target
 
 # Studies whose runs only profile (two training steps): their timings make no table.
@@ -36,28 +36,27 @@ COLUMNS = (
 )
 
 
-def link_label(run: dict) -> str:
+def link_label(run) -> str:
     """``ratio 7`` (comm/backward set at start-up), ``1 Gbit/s``, ``ideal``; ``+ tc`` when shaped."""
-    bw = run["config"]["bandwidth"]
-    if bw["backend"] == "ideal":
+    bw = typed(run).bandwidth
+    backend, ratio, gbps = bw.get("backend"), bw.get("comm_ratio"), bw.get("gbps")
+    if backend == "ideal":
         return "ideal"
-    label = f"ratio {bw['comm_ratio']:g}" if bw.get("comm_ratio") else f"{bw['gbps']:g} Gbit/s"
-    return label + (" tc" if bw["backend"] == "tc" else "")
+    return (f"ratio {ratio:g}" if ratio else f"{gbps:g} Gbit/s") + (" tc" if backend == "tc" else "")
 
 
-def workers(run: dict) -> int:
-    return int(run["summary"].get("workers") or run["extra"].get("world_size") or 0)
+def workers(run) -> int:
+    return typed(run).world
 
 
-def group_key(run: dict) -> tuple:
-    c = run["config"]
-    return (run["study"], run["scale"], f"{c['model']['name']}/{c['model']['size']}", c["data"]["name"],
-            workers(run), link_label(run))
+def group_key(run) -> tuple:
+    rec = typed(run)
+    return rec.study, rec.scale, rec.model, rec.data, rec.world, link_label(rec)
 
 
-def algo_label(run: dict) -> str:
+def algo_label(run) -> str:
     """The run's algorithm as tables name it (records.variant: a variant such as ``dreamddp+overlap``)."""
-    return Record.of(run).variant
+    return typed(run).variant
 
 
 def algo_order(label: str) -> int:
@@ -65,14 +64,13 @@ def algo_order(label: str) -> int:
     return order(label)[0]
 
 
-def h_of(run: dict) -> Optional[int]:
+def h_of(run) -> Optional[int]:
     """H for algorithms that sync once per H-window (their display says so), else None."""
-    return Record.of(run).H
+    return typed(run).H
 
 
-def final(run: dict, metric: str) -> Optional[float]:
-    values = [e[metric] for e in run["evals"] if e.get(metric) is not None]
-    return float(values[-1]) if values else None
+def final(run, metric: str) -> Optional[float]:
+    return typed(run).final_eval(metric)
 
 
 def _sort_key(row: dict) -> tuple:
@@ -86,7 +84,7 @@ def speedup_rows(runs: Iterable[dict], metric: str = "loss", targets: Optional[d
         raise ValueError(f"metric {metric!r}: choose from {', '.join(HIGHER_IS_BETTER)}")
     targets = targets or {}
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for run in runs:
+    for run in map(typed, runs):
         groups[group_key(run)].append(run)
     rows: list[dict] = []
     for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
@@ -97,12 +95,12 @@ def speedup_rows(runs: Iterable[dict], metric: str = "loss", targets: Optional[d
             target = min(finals) if HIGHER_IS_BETTER[metric] else max(finals)
         block = []
         for run in members:
-            s = run["summary"]
+            s = run.summary
             block.append({
                 "study": key[0], "scale": key[1], "model": key[2], "data": key[3], "workers": key[4], "link": key[5],
-                "algorithm": algo_label(run), "H": h_of(run), "iterations": s.get("iterations"),
+                "algorithm": run.variant, "H": run.H, "iterations": s.get("iterations"),
                 "mean_iteration_time_s": s.get("mean_iteration_time"), "mean_wait_s": s.get("mean_wait"),
-                "wire_mib_per_iteration": Record.of(run).wire_per_iteration() / 2**20,
+                "wire_mib_per_iteration": run.wire_per_iteration() / 2**20,
                 "final_eval": final(run, metric), "metric": metric, "target": target,
                 "time_to_target_s": (time_to_target(eval_points(run, metric), target, HIGHER_IS_BETTER[metric])
                                      if target is not None else None),
@@ -172,9 +170,9 @@ def markdown(rows: list[dict], title: str) -> str:
 def write_tables(runs: list[dict], out_dir: Path, metric: str = "loss", targets: Optional[dict] = None) -> list[Path]:
     """``<out>/tables/<study>[_<scale>].csv|.md`` per study; returns the files written."""
     by_study: dict[tuple, list[dict]] = defaultdict(list)
-    for run in runs:
-        if run["study"] not in PROFILE_ONLY:
-            by_study[(run["study"], run["scale"])].append(run)
+    for run in map(typed, runs):
+        if run.study not in PROFILE_ONLY:
+            by_study[(run.study, run.scale)].append(run)
     written = []
     for (study, scale), members in sorted(by_study.items()):
         stem = f"{study}_{scale}" if scale else study
