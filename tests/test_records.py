@@ -71,14 +71,19 @@ def test_with_mix_the_report_says_it_mixes_code_and_lists_each_version(tmp_path)
     assert "1111111111 ->" in head and "rep1" in head.split("1111111111 ->")[1].splitlines()[0]
 
 
-def test_a_dirty_tree_is_refused_even_alone(tmp_path):
+@pytest.mark.parametrize("source", [None, "f00d"])
+def test_uncommitted_code_is_reported_only_where_one_source_digest_names_it(tmp_path, source):
     folder = tmp_path / "bench"
     shutil.copytree(FIXTURE / "runs", folder / "runs")
     for path in (folder / "runs").glob("gpt2/rep*/*/run.json"):
         rec = json.loads(path.read_text())
-        path.write_text(json.dumps({**rec, "provenance": {"git_sha": rec.get("git_sha"), "dirty": True, "source": "x"}}))
-    with pytest.raises(SystemExit, match="uncommitted code"):
+        path.write_text(json.dumps({**rec, "provenance": {"git_sha": rec.get("git_sha"), "dirty": True, "source": source}}))
+    if source is None:
+        with pytest.raises(SystemExit, match="uncommitted code with no source digest"):
+            write_report("bench", str(folder), [str(folder)])
+    else:
         write_report("bench", str(folder), [str(folder)])
+        assert "mixes code versions" not in (folder / "README.md").read_text()
 
 
 def test_the_cards_bytes_equal_the_tables_and_the_bench_reports_for_the_same_run(tmp_path):

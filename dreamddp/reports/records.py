@@ -20,7 +20,8 @@ algorithms all-reduced, at 2 workers the same figure).
 
 Provenance: old records carry ``git_sha`` alone; newer ones a ``provenance`` mapping
 (git_sha, dirty, source digest).  ``check_provenance`` refuses records of different code in one
-report unless it is asked to mix them, and then names each version and its runs.
+report (another commit, another source digest, or uncommitted code no digest names) unless it is
+asked to mix them, and then names each version and its runs.
 """
 
 from __future__ import annotations
@@ -346,17 +347,25 @@ def _where(r: Record) -> str:
     return "/".join(parts[-4:])
 
 
+def _unidentified(found: dict) -> bool:
+    """Several versions, or uncommitted code that no one source digest names."""
+    if len(found) > 1:
+        return True
+    (p,) = found or [Provenance(None)]
+    return bool(p.dirty) and not p.source
+
+
 def check_provenance(records, mix: bool = False, what: str = "report") -> list[str]:
-    """[] where every record comes from one clean version of the code; else, with ``mix``, the
-    header lines that list each version and its runs; without it, refuse in one line."""
+    """[] where every record comes from one version of the code (one commit, clean, or uncommitted
+    with one source digest); else, with ``mix``, the header lines that list each version and its
+    runs; without it, refuse in one line naming the first few runs of each version."""
     found = versions(records)
-    dirty = [p for p in found if p.dirty]
-    if len(found) <= 1 and not dirty:
+    if not _unidentified(found):
         return []
     if not mix:
         named = "; ".join(f"{p.name()}: {', '.join(runs[:3])}{' ...' if len(runs) > 3 else ''}"
                           for p, runs in list(found.items())[:4])
-        why = "different code" if len(found) > 1 else "uncommitted code"
+        why = "different code" if len(found) > 1 else "uncommitted code with no source digest"
         raise MixedCode(f"{what}: records of {why} ({named}); pass --mix (mix=True) to report them together")
     return [f"{p.name()} -> {len(runs)} runs: {', '.join(runs[:6])}{' ...' if len(runs) > 6 else ''}"
             for p, runs in found.items()]
@@ -368,6 +377,6 @@ def mixed_folders(root: Path) -> dict[str, dict[Provenance, list[str]]]:
     out = {}
     for made in sorted(root.rglob("runs/bench.json")):
         found = versions(bench(made.parent).records())
-        if len(found) > 1 or any(p.dirty for p in found):
+        if _unidentified(found):
             out[str(made.parent.parent)] = found
     return out
