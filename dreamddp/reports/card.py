@@ -62,11 +62,15 @@ def _unique_labels(records: list[Record]) -> None:
 
 def blocks(records: list[Record]) -> dict[tuple, dict[str, list[Record]]]:
     """{(model, data, workers): {label: [records]}}, the runs a card shows."""
-    _unique_labels(records)
-    out: dict[tuple, dict[str, list[Record]]] = defaultdict(lambda: defaultdict(list))
+    by_block: dict[tuple, list[Record]] = defaultdict(list)
     for r in records:
         if r.label != "calibration" and not r.label.endswith("@memory"):
-            out[(r.summary.get("model", r.model), r.data, r.world)][r.label].append(r)
+            by_block[(r.summary.get("model", r.model), r.data, r.world)].append(r)
+    out: dict[tuple, dict[str, list[Record]]] = defaultdict(lambda: defaultdict(list))
+    for key, members in by_block.items():
+        _unique_labels(members)  # within the block: another model's options are not a variant
+        for r in members:
+            out[key][r.label].append(r)
     for key, by_label in out.items():  # beside paced runs, ideal-link ones are another regime
         if any(r.paced for rs in by_label.values() for r in rs):
             out[key] = defaultdict(list, {lb: rs for lb, rs in by_label.items() if all(r.paced for r in rs)})
