@@ -124,6 +124,34 @@ class Row:
                    r.get("backward", 0.0), r.get("loss"), r.get("bytes", 0), r.get("wire_bytes"), r.get("elapsed"), events)
 
 
+@dataclass(frozen=True)
+class Eval:
+    """One evaluation: its iteration, the training seconds before it (compact records) and its metrics."""
+    iteration: int
+    elapsed: float | None
+    values: dict  # metric -> value (loss, accuracy, perplexity)
+
+    def get(self, metric: str):
+        return self.values.get(metric)
+
+    @classmethod
+    def of(cls, e: dict) -> "Eval":
+        return cls(e.get("iteration", 0), e.get("elapsed"), {k: v for k, v in e.items() if k not in ("iteration", "elapsed")})
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """How far the workers' parameters drifted apart at one iteration: the mean and per unit."""
+    iteration: int
+    mean: float
+    per_unit: list
+
+    @classmethod
+    def of(cls, d: dict) -> "Divergence":
+        per_unit = d.get("per_unit") or {}
+        return cls(d.get("iteration", 0), d.get("mean"), list(per_unit.values()) if isinstance(per_unit, dict) else list(per_unit))
+
+
 @dataclass
 class Record:
     label: str
@@ -136,7 +164,7 @@ class Record:
     status: str
     provenance: Provenance
     iterations: list[Row]
-    evaluation: list[dict]
+    evaluation: list[Eval]
     memory: dict | None
     profile: dict | None
     prediction: dict | None  # summary.predicted: the run's own a-priori prediction
@@ -148,6 +176,7 @@ class Record:
     # the raw mapping, for the simulator's record-level API (dreamddp/prediction.py, predict.py):
     # the one door through which the analysis reads what this class does not type
     raw: dict = field(default_factory=dict, repr=False)
+    divergence: list[Divergence] = field(default_factory=list)
 
     @classmethod
     def of(cls, raw: dict, path: str | None = None, label: str | None = None) -> "Record":
@@ -157,12 +186,28 @@ class Record:
         return cls(label or variant(algo), algo.get("name", "?"), dict(algo), f"{model.get('name')}/{model.get('size')}",
                    (config.get("data") or {}).get("name", "?"), config.get("bandwidth") or {}, world,
                    raw.get("status", "?"), Provenance.of(raw), [Row.of(r) for r in raw.get("iterations", [])],
-                   raw.get("evals") or [], extra.get("memory"), extra.get("profile"), summary.get("predicted"),
-                   summary, extra, path, raw.get("start_time"), raw.get("end_time"), raw)
+                   [Eval.of(e) for e in raw.get("evals") or []], extra.get("memory"), extra.get("profile"),
+                   summary.get("predicted"), summary, extra, path, raw.get("start_time"), raw.get("end_time"), raw,
+                   [Divergence.of(d) for d in raw.get("divergence") or []])
 
     @property
     def variant(self) -> str:
         return variant(self.options)
+
+    @property
+    def name(self) -> str:
+        return self.raw.get("name") or self.label
+
+    @property
+    def batch_size(self) -> int | None:
+        return ((self.raw.get("config") or {}).get("train") or {}).get("batch_size")
+
+    def epoch(self, iteration: int) -> float:
+        """Epochs of this worker's shard done after ``iteration`` (each worker walks its own shard)."""
+        per_worker = self.extra.get("samples_per_epoch_per_worker")
+        if not per_worker:
+            raise ValueError(f"run {self.name}: no samples_per_epoch_per_worker in its record")
+        return (iteration + 1) * self.batch_size / per_worker
 
     @property
     def study(self) -> str:
@@ -259,7 +304,7 @@ class Record:
         return statistics.fmean(losses[-smooth:]) if losses else float("nan")
 
     def final_eval(self, metric: str = "loss") -> float | None:
-        values = [e[metric] for e in self.evaluation if e.get(metric) is not None]
+        values = [e.get(metric) for e in self.evaluation if e.get(metric) is not None]
         return float(values[-1]) if values else None
 
 

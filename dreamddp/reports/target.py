@@ -26,7 +26,7 @@ def time_to_target(points: Iterable[tuple[float, float]], target: float, higher_
 
 def eval_points(run, metric: str) -> list[tuple[float, float]]:
     """(training seconds, metric) at each evaluation (a collected record's ``elapsed``; ``run``: records.Record)."""
-    return [(e.get("elapsed"), e.get(metric)) for e in run.evaluation]
+    return [(e.elapsed, e.get(metric)) for e in run.evaluation]
 
 
 def train_loss_points(rows: list, smooth: int = SMOOTH) -> list[tuple[float, float]]:
