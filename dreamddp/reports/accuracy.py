@@ -6,6 +6,7 @@ simulator's prediction from that job's measurements alone against the measured m
 from __future__ import annotations
 
 import collections
+import statistics
 import json
 import os
 from dataclasses import replace
@@ -34,19 +35,17 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             # what nosync alone as the reference would predict (the pooled reference's module docstring)
             alone = bp.steady_profile(segs, (bp.NOSYNC,))
             alone_skew = bp.reference_skew(segs, alone, labels=(bp.NOSYNC,))
-            nosync_backward = bp.timed_mean(segs[bp.NOSYNC], "backward")
+            nosync_backward = job[bp.NOSYNC].timed_mean("backward")
             # plain@ideal is the job's other compute-only run: how far the reference itself drifted
-            plain_backward = bp.timed_mean(segs["plain@ideal"], "backward") if "plain@ideal" in segs else None
+            plain_backward = job["plain@ideal"].timed_mean("backward") if "plain@ideal" in job else None
             chunk, regime = _job_chunk(segs), bench_regime.compute_split(segs)
             for label in records.ordered(lb for lb in segs if lb in bench_report.TIMED):
-                rec = segs.get(label)
-                if rec is None:
-                    continue
-                measured = rec["summary"]["mean_iteration_time"]
+                typed, rec = job[label], segs[label]
+                measured = typed.mean_iteration
                 predicted = bp.predict(rec, profile, skew)
                 drawn_apart = None if apart is None else bp.predict(rec, profile, apart)
                 own = bp.predict(rec, bp.own_compute(rec, profile), skew)
-                in_run = (rec["summary"].get("predicted") or {}).get("mean_iteration_time")
+                in_run = typed.predicted_mean
                 link_only = bp.plan_run(rec, profile, host=True)
                 host = bp.engine_host(rec)
                 no_host = predicted if host is None else bp.predict(rec, profile, skew, host=False)
@@ -57,15 +56,15 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                             "apart_s": drawn_apart,
                             "apart_error": None if drawn_apart is None else drawn_apart / measured - 1,
                             "rank_correlation": corr,
-                            "syncs_every_iteration": all(r["bytes"] > 0 for r in bp.timed(rec)),
+                            "syncs_every_iteration": all(r.bytes > 0 for r in typed.timed()),
                             "own_compute_s": own, "own_error": own / measured - 1,
                             "nosync_only_error": bp.predict(rec, alone, alone_skew) / measured - 1,
                             "no_skew_s": bp.plan_bound(rec, profile, real=True, host=True),
                             "host_launch_us": None if host is None else 1e6 * host[0],
                             "host_complete_us": None if host is None else 1e6 * host[1],
                             "no_host_s": no_host, "no_host_error": no_host / measured - 1,
-                            "link_only_s": link_only.mean_iter, "in_run_s": in_run, **_in_run_parts(rec),
-                            "late_ms": None if (late := bench_report.lateness(job[label])) is None else 1e3 * late,
+                            "link_only_s": link_only.mean_iter, "in_run_s": in_run, **_in_run_parts(typed),
+                            "late_ms": None if (late := bench_report.lateness(typed)) is None else 1e3 * late,
                             "backward_x_reference": bp.backward_over_reference(rec, segs, profile),
                             "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward,
                             "ring_kinds_error": None if ring is None else ring / measured - 1,
@@ -73,18 +72,18 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
     return out
 
 
-def _in_run_parts(rec: dict) -> dict:
+def _in_run_parts(rec: records.Record) -> dict:
     """The in-run prediction's error split in two, each over the measured iteration: its start-up
     profile's compute (forward, backward, step) against the run's own (iteration less waits), and
     its waits against the run's; and whether that profile's step counts the whole pass outside
     forward and backward (profiles with ``optimizer_time``) or the optimizer step alone."""
-    predicted, profile = rec["summary"].get("predicted"), rec["extra"].get("profile")
+    predicted, profile = rec.prediction, rec.profile
     if not predicted or not profile:
         return {"in_run_compute_gap": None, "in_run_wait_gap": None, "in_run_whole_step": None}
-    measured = rec["summary"]["mean_iteration_time"]
-    start_up = profile["forward_total"] + profile["backward_total"] + profile["step_time"]
-    return {"in_run_compute_gap": (start_up - bp.own_compute_time(rec)) / measured,
-            "in_run_wait_gap": (predicted["mean_wait"] - rec["summary"]["mean_wait"]) / measured,
+    start_up = sum(profile.get(k, 0.0) for k in ("forward_total", "backward_total", "step_time"))
+    own = statistics.fmean(r.time - r.wait for r in rec.timed())
+    return {"in_run_compute_gap": (start_up - own) / rec.mean_iteration,
+            "in_run_wait_gap": (predicted.get("mean_wait") - rec.mean_wait) / rec.mean_iteration,
             "in_run_whole_step": profile.get("optimizer_time") is not None}
 
 
