@@ -20,6 +20,7 @@ from pathlib import Path
 from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
 from dreamddp.reports import records
+from dreamddp.reports.render import table as render_table
 from dreamddp.reports.render import write_readme
 from dreamddp.bench.segments import TIMED
 from dreamddp.reports.spread import fmt_spread, median_spread
@@ -90,8 +91,17 @@ def write(time_dir: str, quality_dir: str, out: str, *, claims: dict[str, str] |
     models = []
     for model in dict.fromkeys(r["model"] for r in table):
         mine = [r for r in table if r["model"] == model]
-        models.append({"name": model, "target": mine[0]["loss_target"], "rows": mine,
-                       "claims": any(r["claim"] for r in mine)})
+        target = mine[0]["loss_target"]
+        card = render_table(["method", "iteration s", "x DreamDDP", "wire MiB/it", "train loss", "eval loss",
+                             f"time to loss {target:.3f} (s)" if target is not None else "time to target (s)",
+                             "the paper's claim"],
+                            [[r["method"], fmt_spread(r["iteration_s"]), fmt_spread(r["x_dreamddp"], 2),
+                              fmt_spread(r["wire_mib"], 3), fmt_spread(r["train_loss"], 3), fmt_spread(r["eval_loss"], 3),
+                              fmt_spread(r["time_to_target_s"], 1), r["claim"]] for r in mine])
+        against = render_table(["method", "wire x DreamDDP", "train - DreamDDP", "eval - DreamDDP"],
+                               [[r["method"], fmt_spread(r["wire_x_dreamddp"], 3), fmt_spread(r["train_minus_dreamddp"], 3),
+                                 fmt_spread(r["eval_minus_dreamddp"], 3)] for r in mine])
+        models.append({"name": model, "card": card, "against": against})
     ratio = float(tbench.args.get("ratio"))
     readme = write_readme(out, "methods_card.md.j2", title=title or f"The methods the field moved to, at comm/backward {ratio:g}",
                           mixed=mixed, made_by=made_by or f"dreamddp-bench card {time_dir} {quality_dir} --out {out}",

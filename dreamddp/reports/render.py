@@ -5,6 +5,7 @@ code versions, the list of them (records.check_provenance)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jinja2
@@ -29,7 +30,7 @@ _ENV.filters.update(sp=fmt_spread, fixed=_fixed, pct=_pct, g=lambda v: f"{v:g}")
 
 def render(template: str, **context) -> str:
     text = _ENV.get_template(template).render(**context)
-    return text.rstrip("\n") + "\n"
+    return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"  # one blank line between blocks
 
 
 def write_readme(out: str | Path, template: str, **context) -> str:

@@ -23,8 +23,8 @@ from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
 from dreamddp.reports import records
 from dreamddp.bench.segments import TIMED
-from dreamddp.reports.render import write_readme
-from dreamddp.reports.spread import median_spread
+from dreamddp.reports.render import table, write_readme
+from dreamddp.reports.spread import fmt_spread, median_spread
 
 BASELINE = "equal"
 
@@ -67,6 +67,10 @@ def rows(folder: Path, mix: bool = False) -> list[dict]:
     return out
 
 
+def _fixed(value) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def _over_baseline(all_rows: list[dict]) -> None:
     base = {(r["model"], r["algorithm"]): r["iteration_backwards"] for r in all_rows if r["setting"] == BASELINE}
     for r in all_rows:
@@ -88,8 +92,20 @@ def write(folder: str, out: str | None = None, *, title: str | None = None, made
     baseline = any(s.name == BASELINE for s in subs)
     if baseline:
         _over_baseline(all_rows)
+    key = [[r["setting"], r["model"], r["algorithm"]] for r in all_rows]
+    card = table(["setting", "model", "algorithm", "iteration s", "x DreamDDP", "x FLSGD", "wire MiB/it"]
+                 + ([f"x {BASELINE}"] if baseline else []),
+                 [k + [fmt_spread(r["iteration_s"]), fmt_spread(r["x_dreamddp"], 2), fmt_spread(r["x_flsgd"], 2),
+                       fmt_spread(r["wire_mib"], 3)] + ([_fixed(r[f"x_{BASELINE}"])] if baseline else [])
+                  for k, r in zip(key, all_rows)])
+    details = table(["setting", "model", "algorithm", "reps", "a-priori / measured", "same-job / measured",
+                     "time to target s"],
+                    [k + [str(r["reps"]), fmt_spread(r["apriori_over_measured"], 2),
+                          fmt_spread(r["predicted_over_measured"], 2), fmt_spread(r["time_to_target_s"], 1)]
+                     for k, r in zip(key, all_rows)])
     readme = write_readme(out, "sweep.md.j2", title=title or f"{root.name}: one study over {len(subs)} settings",
                           mixed=mixed, made_by=made_by or f"dreamddp-bench report {folder}",
-                          settings=[s.name for s in subs], baseline=BASELINE if baseline else None, rows=all_rows)
+                          settings=[s.name for s in subs], baseline=BASELINE if baseline else None,
+                          card=card, details=details)
     write_csv(out / "study.csv", [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()} for r in all_rows])
     return [readme, str(out / "study.csv")]

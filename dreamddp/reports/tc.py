@@ -20,8 +20,8 @@ from dreamddp.reports import bench as report
 from dreamddp.reports import card, records
 from dreamddp.bench.regime import batch
 from dreamddp.bench.segments import TIMED
-from dreamddp.reports.render import write_readme
-from dreamddp.reports.spread import median_spread
+from dreamddp.reports.render import table, write_readme
+from dreamddp.reports.spread import fmt_spread, median_spread
 from dreamddp.run.summary import quantile
 
 
@@ -73,8 +73,17 @@ def write_all(folder: str, out: str, *, title: str | None = None, made_by: str |
     models = []
     for model in tc:
         rec = next(iter(next(iter(tc[model].values())).values()))
+        mine = rows(tc, em, model)
+        result = table(["algorithm", "tc s", "emulated s", "tc / emulated", "tc exposed wait ms", "wire MiB/it",
+                      "x DreamDDP tc", "x FLSGD tc"],
+                     [[r["algorithm"], fmt_spread(r["tc_s"]), fmt_spread(r["emulated_s"]), fmt_spread(r["tc_over_emulated"], 3),
+                       fmt_spread(r["tc_wait_ms"], 1), fmt_spread(r["wire_mib"], 3), fmt_spread(r["tc_x_dreamddp"], 2),
+                       fmt_spread(r["tc_x_flsgd"], 2)] for r in mine])
+        emulated = table(["algorithm", "x DreamDDP emulated", "x FLSGD emulated"],
+                         [[r["algorithm"], fmt_spread(r["emulated_x_dreamddp"], 2), fmt_spread(r["emulated_x_flsgd"], 2)]
+                          for r in mine])
         models.append({"name": model, "record": rec, "batch": batch(rec.raw), "reps": len(tc[model]),
-                       "mbit": 1e3 * rec.bandwidth.get("gbps"), "rows": rows(tc, em, model)})
+                       "mbit": 1e3 * rec.bandwidth.get("gbps"), "rows": mine, "card": result, "emulated": emulated})
     pred = apriori(tc)
     errors = sorted(abs(p["error"]) for p in pred)
     by_algo = [{"model": model, "algorithm": label, "runs": len(mine),
