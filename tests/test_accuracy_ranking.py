@@ -1,6 +1,6 @@
 """The bookkeeping of ``dreamddp-bench accuracy``, not the simulator's accuracy itself (that is
 measured by the command and checked run by run in test_predicted_vs_measured.py): its ranking
-measures (dreamddp/bench/accuracy_measures.py), exact on hand-made rows, per configuration, by
+measures (dreamddp/reports/accuracy_measures.py), exact on hand-made rows, per configuration, by
 pairs of runs and over the repetitions' medians (how the study goes round its ratios:
 test_studies.py)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 @pytest.fixture()
 def measures():
-    from dreamddp.bench import accuracy_measures
+    from dreamddp.reports import accuracy_measures
 
     return accuracy_measures
 

@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from dreamddp.bench import accuracy, accuracy_tc
+from dreamddp.reports import accuracy_tc
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bench_small" / "runs"
 
@@ -18,7 +18,7 @@ def test_the_apriori_error_is_each_runs_own_prediction_over_its_measurement(tmp_
     shutil.copytree(FIXTURE, bench / "tc" / "runs")
     (bench / "calibration" / "gpt2").mkdir(parents=True)
     (bench / "calibration" / "gpt2" / "calibration.json").write_text(json.dumps({"ratio": 7.0}))
-    accuracy_tc.write(str(bench), str(tmp_path / "out"), accuracy.rows_of)
+    accuracy_tc.write(str(bench), str(tmp_path / "out"))
     with open(tmp_path / "out" / "accuracy.csv") as f:
         rows = list(csv.DictReader(f))
     expected = {}

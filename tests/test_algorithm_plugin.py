@@ -109,7 +109,7 @@ def test_engine_runs_its_plan(compose_cfg, every_k):
 
 def test_simulated_and_shown_in_results(every_k):
     from dreamddp.prediction import simulate, simulated_algorithms
-    from dreamddp.results.tables import algo_label, algo_order, h_of
+    from dreamddp.reports.tables import algo_label, algo_order, h_of
     from dreamddp.schedule.profile import Profile
 
     p = Profile(units=["c", "b", "a"], bp={"c": 1.0, "b": 2.0, "a": 3.0}, comm={"c": 4.0, "b": 1.0, "a": 2.0},

@@ -1,4 +1,4 @@
-"""The benchmark's bound for DreamDDP (dreamddp/bench/predict.structure_bound) against the
+"""The benchmark's bound for DreamDDP (dreamddp/reports/predict.structure_bound) against the
 simulator: with the paper's scheduler it is the least iteration the simulator times over EVERY
 split of the units into contiguous runs, one per iteration (brute force), with the averages
 due at the end of backward and, with ``overlap_forward``, at each unit's next forward; with the
@@ -24,7 +24,7 @@ GBPS = 0.08
 
 @pytest.fixture()
 def bench_predict():
-    from dreamddp.bench import predict
+    from dreamddp.reports import predict
 
     return predict
 

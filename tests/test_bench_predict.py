@@ -1,4 +1,4 @@
-"""The benchmark reports' compute reference (dreamddp/bench/predict.py): the job's two compute-only
+"""The benchmark reports' compute reference (dreamddp/reports/predict.py): the job's two compute-only
 runs pooled, their timed iterations and every rank's quantiles, exact on hand-made records; and
 flsgd_timed's window."""
 
@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture()
 def bench_modules():
-    from dreamddp.bench import jobs, predict
+    from dreamddp.bench import jobs
+    from dreamddp.reports import predict
 
     return predict, jobs
 

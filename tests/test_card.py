@@ -1,4 +1,4 @@
-"""The result card (dreamddp/results/card.py), exact on hand-made records: speedups taken run
+"""The result card (dreamddp/reports/card.py), exact on hand-made records: speedups taken run
 against run of the same seed before their median, the benchmark's side runs left out, a sweep's
 variants kept apart, the final loss over the last iterations."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dreamddp.results.card import card_rows, print_card, render
+from dreamddp.reports.card import card_rows, card_tables, print_card, records_of, render
 
 
 def run(algo: str, seed: int, seconds: float, *, backend: str = "emulated", source: str = "", loss=None,
@@ -24,7 +24,7 @@ def run(algo: str, seed: int, seconds: float, *, backend: str = "emulated", sour
 
 
 def rows_by_label(runs: list[dict]) -> dict:
-    ((_, rows),) = card_rows(runs)
+    ((_, rows),) = card_rows(records_of(runs))
     return {r["algorithm"]: r for r in rows}
 
 
@@ -72,8 +72,26 @@ def test_the_card_command_reads_record_files_and_says_when_there_are_none(tmp_pa
     for r in (run("ssgd", 0, 0.4, wait=0.3), run("flsgd", 0, 0.1, wait=0.01)):
         (tmp_path / f"{r['name']}.json").write_text(json.dumps(r))
     text = print_card([tmp_path], tmp_path / "loss.png")
-    assert text == render([run("ssgd", 0, 0.4, wait=0.3), run("flsgd", 0, 0.1, wait=0.01)])
+    assert text == render(records_of([run("ssgd", 0, 0.4, wait=0.3), run("flsgd", 0, 0.1, wait=0.01)]))
     assert text.splitlines()[4].split()[:6] == ["flsgd", "1", "100.0", "4.00", "1.00", "10.0"]
     assert (tmp_path / "loss.png").stat().st_size > 0
     with pytest.raises(ValueError, match="no completed run records"):
         print_card([tmp_path / "loss.png"])
+
+
+def test_the_card_has_at_most_eight_columns_and_none_that_is_na_in_every_row():
+    runs = [run("ssgd", 0, 0.4), run("dreamddp", 0, 0.2)]  # no FLSGD: its speedup column is n/a throughout
+    (block,) = card_tables(records_of(runs))
+    header, rows = block["table"]["header"], block["table"]["rows"]
+    assert len(header) <= 8 and "x FLSGD" not in header and "x S-SGD" in header
+    for i in range(len(header)):
+        assert any(r[i] != "n/a" for r in rows), header[i]
+
+
+def test_the_cards_bytes_are_wire_bytes_per_worker_not_the_payload():
+    # an all-gather at 2 workers: the record's bytes count the whole gathered buffer, the worker sends half
+    r = run("dreamddp", 0, 0.2, nbytes=2 * 2**20)
+    r["iterations"] = [{**x, "bytes": 2 * 2**20, "wire_bytes": 2**20} for x in r["iterations"]]
+    assert rows_by_label([r])["dreamddp"]["wire_mib"] == pytest.approx((1.0, 1.0, 1.0))
+    old = run("dreamddp", 0, 0.2, nbytes=2 * 2**20)  # a record made before rows kept wire_bytes: its bytes
+    assert rows_by_label([old])["dreamddp"]["wire_mib"] == pytest.approx((2.0, 2.0, 2.0))

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dreamddp.bench import report
-from dreamddp.results.card import render, write_card_csv
-from dreamddp.results.collect import collect
+from dreamddp.reports import bench as report
+from dreamddp.reports.card import records_of, render, write_card_csv
+from dreamddp.reports.collect import collect
 from dreamddp.schedule.compare import reference_root
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bench_small"
@@ -35,7 +35,7 @@ def test_the_benchmark_csv_of_the_fixture_records_is_exact(tmp_path):
 
 
 def test_the_card_of_the_fixture_records_is_exact(tmp_path):
-    runs = collect([FIXTURE / "runs"])
+    runs = records_of(collect([FIXTURE / "runs"]))
     assert render(runs) == (FIXTURE / "card.txt").read_text()
     write_card_csv(runs, tmp_path / "card.csv")
     assert (tmp_path / "card.csv").read_text() == (FIXTURE / "card.csv").read_text()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from dreamddp.results.collect import MAX_POINTS, collect, compact, safe_name, write_compact
-from dreamddp.results.tables import speedup_rows, write_tables
+from dreamddp.reports.collect import MAX_POINTS, collect, compact, safe_name, write_compact
+from dreamddp.reports.tables import speedup_rows, write_tables
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -76,7 +76,7 @@ def test_speedup_table_arithmetic():
     assert rows["flsgd"]["speedup_iteration"] == pytest.approx(0.8 / 0.5)
     assert rows["flsgd"]["speedup_time_to_target"] == pytest.approx((9.0 + 7.2) / 11.0)
     assert rows["dreamddp"]["speedup_iteration"] == pytest.approx(1.0)
-    assert rows["ssgd"]["mib_per_iteration"] == pytest.approx(2.0)
+    assert rows["ssgd"]["wire_mib_per_iteration"] == pytest.approx(1024.0 / 2**20)  # the rows' wire_bytes, not the payload
     # an explicit target: nobody but dreamddp reaches 3.15
     rows = {r["algorithm"]: r for r in speedup_rows(runs, targets={"gpt2/tiny": 3.15})}
     assert rows["ssgd"]["time_to_target_s"] is None and rows["dreamddp"]["time_to_target_s"] == pytest.approx(13.5)
@@ -132,7 +132,7 @@ def real_runs(tmp_path_factory) -> Path:
 
 
 def test_figures_from_real_runs_and_from_their_compact_copies(real_runs, tmp_path):
-    p = _run(["-m", "dreamddp.results", "figures", "--runs", str(real_runs), "--out", str(tmp_path / "a")])
+    p = _run(["-m", "dreamddp.reports", "figures", "--runs", str(real_runs), "--out", str(tmp_path / "a")])
     assert p.returncode == 0, p.stderr
     for name in ("figures/convergence_epoch_cpu.png", "figures/convergence_time_cpu.png",
                  "figures/scheduler_measured_cpu.png"):
@@ -147,16 +147,16 @@ def test_figures_from_real_runs_and_from_their_compact_copies(real_runs, tmp_pat
         full["ssgd"]["summary"]["mean_iteration_time"] / full["dreamddp"]["summary"]["mean_iteration_time"], rel=1e-5)
     assert (tmp_path / "a" / "scheduler" / "measured" / "resnet18_tiny_cpu" / "by_units.csv").is_file()
     # compact copies regenerate the same table
-    assert _run(["-m", "dreamddp.results", "collect", "--runs", str(real_runs), "--out", str(tmp_path / "runs")]).returncode == 0
+    assert _run(["-m", "dreamddp.reports", "collect", "--runs", str(real_runs), "--out", str(tmp_path / "runs")]).returncode == 0
     assert len(list((tmp_path / "runs").rglob("*.json"))) == 2
-    p = _run(["-m", "dreamddp.results", "figures", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "b")])
+    p = _run(["-m", "dreamddp.reports", "figures", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "b")])
     assert p.returncode == 0, p.stderr
     a, b = (tmp_path / x / "tables" / "convergence_cpu.csv" for x in "ab")
     assert a.read_text() == b.read_text()
 
 
 def test_the_card_of_a_sweep_directory_shows_each_run_and_its_figure(real_runs, tmp_path):
-    p = _run(["-m", "dreamddp.results", "card", str(real_runs), "--figure", str(tmp_path / "loss.png")])
+    p = _run(["-m", "dreamddp.reports", "card", str(real_runs), "--figure", str(tmp_path / "loss.png")])
     assert p.returncode == 0, p.stderr
     rows = {line.split()[0]: line.split() for line in p.stdout.splitlines()[3:] if line.strip()}
     full = {r["config"]["algo"]["name"]: r for r in collect([real_runs])}
@@ -168,16 +168,16 @@ def test_the_card_of_a_sweep_directory_shows_each_run_and_its_figure(real_runs, 
 
 
 def test_cli_errors_are_one_line(tmp_path):
-    p = _run(["-m", "dreamddp.results", "tables", "--runs", str(tmp_path / "nope"), "--out", str(tmp_path)])
+    p = _run(["-m", "dreamddp.reports", "tables", "--runs", str(tmp_path / "nope"), "--out", str(tmp_path)])
     assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
     (tmp_path / "empty").mkdir()
-    p = _run(["-m", "dreamddp.results", "tables", "--runs", str(tmp_path / "empty"), "--target", "x=abc"])
+    p = _run(["-m", "dreamddp.reports", "tables", "--runs", str(tmp_path / "empty"), "--target", "x=abc"])
     assert p.returncode == 2 and "error:" in p.stderr
 
 
 def test_wandb_table_offline(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
-    from dreamddp.results.wandb_table import log_tables
+    from dreamddp.reports.wandb_table import log_tables
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

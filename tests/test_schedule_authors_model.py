@@ -68,7 +68,7 @@ def test_the_paper_multipliers_reproduce_the_paper_v1_table(model):
 
 @pytest.mark.parametrize("model", sorted(PAPER_V1))
 def test_the_benchmark_reports_paper_column_is_the_paper_tables_ratio(model):
-    from dreamddp.bench.report import paper_ratios
+    from dreamddp.reports.bench import paper_ratios
 
     row = PAPER_V1[model]
     want = {"ssgd": row[0] / row[4], "ascwfbp": row[1] / row[4], "flsgd": row[2] / row[4], "plsgd_enp": row[3] / row[4]}

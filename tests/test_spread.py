@@ -1,6 +1,6 @@
-"""The median-and-spread every report prints (dreamddp/results/spread.py)."""
+"""The median-and-spread every report prints (dreamddp/reports/spread.py)."""
 
-from dreamddp.results.spread import fmt_spread, median_spread
+from dreamddp.reports.spread import fmt_spread, median_spread
 
 
 def test_median_spread_skips_missing_values():

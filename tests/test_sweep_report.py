@@ -9,8 +9,8 @@ import shutil
 import statistics
 from pathlib import Path
 
-from dreamddp.bench import report, rebuild
-from dreamddp.bench.predict import mean_iteration
+from dreamddp.reports import bench as report
+from dreamddp.reports import rebuild
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bench_small" / "runs"
 
@@ -25,8 +25,8 @@ def test_a_study_report_has_each_settings_medians_and_ratios_in_its_rows(tmp_pat
     reps = report.load(str(FIXTURE))["gpt2"]
     for r in rows:
         mine = [s[r["algorithm"]] for s in reps.values() if r["algorithm"] in s]
-        assert float(r["iteration_s"]) == statistics.median(mean_iteration(x) for x in mine)
-        ratios = [mean_iteration(s[r["algorithm"]]) / mean_iteration(s["dreamddp"]) for s in reps.values()]
+        assert float(r["iteration_s"]) == statistics.median(x.mean_iteration for x in mine)
+        ratios = [s[r["algorithm"]].mean_iteration / s["dreamddp"].mean_iteration for s in reps.values()]
         assert float(r["x_dreamddp"]) == statistics.median(ratios)
     assert (tmp_path / "study" / "0ms" / "README.md").is_file()
 
@@ -45,7 +45,6 @@ def test_a_study_with_an_equal_setting_gives_each_rows_time_over_the_same_algori
         # the same records: the same time; the same seconds on a host half as fast: half the time
         assert float(r["x_equal"]) == (0.5 if r["setting"] == "slowhost" else 1.0)
         mine = [s[r["algorithm"]] for s in reps.values() if r["algorithm"] in s]
-        apriori = [x["summary"]["predicted"]["mean_iteration_time"] / mean_iteration(x) for x in mine
-                   if x["summary"].get("predicted")]
+        apriori = [x.predicted_mean / x.mean_iteration for x in mine if x.predicted_mean]
         assert (float(r["apriori_over_measured"]) == statistics.median(apriori)) if apriori \
             else r["apriori_over_measured"] == ""

@@ -1,19 +1,20 @@
-"""The tc study's (runners/tc.yaml) side-by-side table and a-priori accuracy (tc_report.py),
+"""The tc study's (runners/tc.yaml) side-by-side table and a-priori accuracy (dreamddp/reports/tc.py),
 exact on hand-made records; its option checks."""
 
 from __future__ import annotations
 
 import pytest
 
-from dreamddp.bench import tc_report
+from dreamddp.reports import tc as tc_report
+from dreamddp.reports.records import Record
 
 
-def rec(seconds: float, wait: float = 0.0, predicted: float | None = None) -> dict:
+def rec(seconds: float, wait: float = 0.0, predicted: float | None = None) -> Record:
     rows = [{"time": seconds, "wait": wait, "forward": 0.0, "backward": 0.0}] * 10
     summary = {"mean_iteration_time": seconds, "bytes_per_iteration": 2**20}
     if predicted:
         summary["predicted"] = {"mean_iteration_time": predicted}
-    return {"iterations": rows, "summary": summary}
+    return Record.of({"iterations": rows, "summary": summary})
 
 
 def test_ratios_are_taken_inside_each_repetition_on_each_link():
@@ -24,7 +25,7 @@ def test_ratios_are_taken_inside_each_repetition_on_each_link():
     f = rows["flsgd"]
     assert f["tc_over_emulated"] == pytest.approx((1.225, 1.2, 1.25))  # 0.30/0.25 and 0.40/0.32
     assert f["tc_x_dreamddp"] == pytest.approx((1.55, 1.5, 1.6)) and f["emulated_x_dreamddp"] == pytest.approx((1.425, 1.25, 1.6))
-    assert f["tc_wait_ms"] == pytest.approx((200.0, 100.0, 300.0)) and f["mib_per_iteration"] == pytest.approx((1, 1, 1))
+    assert f["tc_wait_ms"] == pytest.approx((200.0, 100.0, 300.0)) and f["wire_mib"] == pytest.approx((1, 1, 1))
     assert rows["dreamddp"]["tc_x_flsgd"] == pytest.approx(((0.2 / 0.3 + 0.25 / 0.4) / 2, 0.625, 2 / 3))
 
 

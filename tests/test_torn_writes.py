@@ -51,7 +51,7 @@ WRITERS = {
     ),
     "table.csv": (
         """
-        from dreamddp.results.tables import COLUMNS, write_csv
+        from dreamddp.reports.tables import COLUMNS, write_csv
         while True:
             v += 1
             write_csv([{k: v for k in COLUMNS} for _ in range(20000)], target)
@@ -125,7 +125,7 @@ def test_results_tools_skip_and_report_incomplete_records(tmp_path):
                        ("running", json.dumps(record("dreamddp", [1.0] * 3, [(2, 3.0)], status="running")))):
         (tmp_path / "runs" / name).mkdir(parents=True)
         (tmp_path / "runs" / name / "run.json").write_text(text)
-    p = subprocess.run([sys.executable, "-m", "dreamddp.results", "tables", "--runs", str(tmp_path / "runs"),
+    p = subprocess.run([sys.executable, "-m", "dreamddp.reports", "tables", "--runs", str(tmp_path / "runs"),
                         "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "WANDB_MODE": "disabled"})
     assert p.returncode == 0, p.stderr

@@ -22,7 +22,7 @@ SUBCOMMANDS = {
     "run": ("study_run", "main", "a study file's jobs (models x runs x regime x repetitions), then its reports"),
     "report": ("study_run", "report_main", "a study's reports (or one run folder's) again from its run records"),
     "gpu": ("gpu", "main", "the measurements of a lent GPU (CUDA tests, profiles, every algorithm), or their reports"),
-    "card": ("methods_card", "main", "the methods the field moved to: time and bytes at one ratio beside quality and the papers' claims"),
+    "card": ("dreamddp.reports.methods", "main", "the methods the field moved to: time and bytes at one ratio beside quality and the papers' claims"),
     "link": ("link", "main", "gloo's all-reduce time under a link backend against the ring formula"),
 }
 
@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     # the subcommand's own parser takes the rest (its --help included)
     args, rest = p.parse_known_args(argv[:1])
     module, function, _ = SUBCOMMANDS[args.command]
-    return getattr(importlib.import_module(f"dreamddp.bench.{module}"), function)(argv[1:]) or 0
+    module = importlib.import_module(module if "." in module else f"dreamddp.bench.{module}")
+    return getattr(module, function)(argv[1:]) or 0
 
 
 if __name__ == "__main__":

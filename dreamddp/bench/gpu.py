@@ -135,15 +135,16 @@ def run_study(study, args) -> int:
     return measure(study, args.out or study.out, float(study.settings["budget_s"]), steps, args.quick)
 
 
-def reports(gpu: Path, cpu: Path) -> list[Path]:
+def reports(gpu: Path, cpu: Path, mix: bool = False) -> list[Path]:
     """Every job's report, the profile comparisons and the side-by-side README of ``gpu``."""
-    from dreamddp.bench import gpu_profiles, gpu_report, report
+    from dreamddp.bench import gpu_profiles
+    from dreamddp.reports import write_report
     from dreamddp.schedule.compare import reference_root
 
     written = []
     for runs in sorted(gpu.glob("*/*/runs")):
         if (runs / "bench.json").is_file():
-            report.write(str(runs), str(runs.parent))
+            write_report("bench", str(runs.parent), [str(runs.parent)], mix=mix)
             written.append(runs.parent / "README.md")
     for device in sorted(p.parent for p in gpu.glob("*/profiles")):
         for model in ("gpt2", "llama2"):
@@ -156,7 +157,7 @@ def reports(gpu: Path, cpu: Path) -> list[Path]:
             if ours and gpu_profiles.main(["--model", model, "--ours", *ours, "--authors", str(authors),
                                            "--out", str(device / "profiles")]) == 0:
                 written.append(device / "profiles" / f"profiles_{model}.md")
-    written.append(gpu_report.write(gpu, cpu))
+    written += [Path(p) for p in write_report("gpu", str(gpu), [str(gpu), str(cpu)], mix=mix)]
     return written
 
 
@@ -191,6 +192,7 @@ def main(argv=None) -> int:
     p.add_argument("--reports", action="store_true", help="only rebuild the reports under --gpu from its records")
     p.add_argument("--gpu", default="results/gpu", help="with --reports: the folder to rebuild")
     p.add_argument("--cpu", default="results/bench/headline", help="with --reports: the CPU benchmark beside it")
+    p.add_argument("--mix", action="store_true", help="with --reports: allow records of different code (listed)")
     p.add_argument("--pack", action="store_true", help=f"write {CARRY} for a lent machine with no package index")
     p.add_argument("--study", default=str(STUDY), help="the study file whose steps and parts run")
     args = p.parse_args(argv)
@@ -199,7 +201,7 @@ def main(argv=None) -> int:
     if args.reports:
         if not Path(args.gpu).is_dir():
             p.error(f"--gpu {args.gpu}: no such folder")
-        for path in reports(Path(args.gpu), Path(args.cpu)):
+        for path in reports(Path(args.gpu), Path(args.cpu), args.mix):
             print(path)
         return 0
     study = load(args.study)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import statistics
 
-from dreamddp.bench import predict as bp
+from dreamddp.reports import predict as bp
 from dreamddp.bench.segments import OPT_IN
 
-from dreamddp.results.spread import median_spread
+from dreamddp.reports.spread import median_spread
 
 # engine-overhead ratios (same job); an opt-in segment's only where its job ran it
 OVERHEAD = [("ssgd@ideal", "ddp@ideal"), ("ssgd@ideal", "ddp+1bucket@ideal"), ("ascwfbp@ideal", "ddp@ideal"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import statistics
 
-from dreamddp.bench import predict as bp
+from dreamddp.reports import predict as bp
 
 
 def batch(rec: dict) -> str:

@@ -97,6 +97,9 @@ class Report:
     inputs: tuple[str, ...]  # relative to it, or "@<study>": that study's output folder
     ratios: tuple[float, ...] = ()
     title: str | None = None
+    # the records are known to come from several code versions: report them anyway, the report's
+    # header listing each commit and its runs (else a report refuses them, naming them)
+    mix: bool = False
 
 
 @dataclass(frozen=True)
@@ -287,7 +290,7 @@ def _regime(file: str, where: str, raw, base: Regime) -> Regime:
 _STUDY_FIELDS = ("about", "claims", "out", "runner", "settings", "models", "runs", "regime", "reps", "parts",
                  "interleave_parts", "report")
 _PART_FIELDS = ("name", "out", "models", "runs", "regime", "reps")
-_REPORT_FIELDS = ("kind", "out", "inputs", "ratios", "title")
+_REPORT_FIELDS = ("kind", "out", "inputs", "ratios", "title", "mix")
 
 
 def load(path: str | os.PathLike, catalogue: Path = CATALOGUE) -> Study:
@@ -345,7 +348,7 @@ def load(path: str | os.PathLike, catalogue: Path = CATALOGUE) -> Study:
         if not isinstance(ratios, list) or not all(isinstance(x, (int, float)) and x > 0 for x in ratios):
             r.fail("ratios", "must be a list of numbers > 0")
         reports.append(Report(kind, r.get("out", str, "."), r.strings("inputs", (".",)) or (".",),
-                              tuple(float(x) for x in ratios), r.get("title", str)))
+                              tuple(float(x) for x in ratios), r.get("title", str), r.get("mix", bool, False)))
     claims = f.raw.get("claims") or []
     if isinstance(claims, list) and all(isinstance(c, str) for c in claims):
         claims = tuple(claims)

@@ -215,7 +215,7 @@ def dry_run(study: Study) -> list[str]:
 
 def card(study: Study, part: Part) -> None:
     """The result card of a part's timed runs (the real link's on tc) and its loss_vs_time.png."""
-    from dreamddp.results.card import print_card
+    from dreamddp.reports.card import print_card
 
     sub = "tc/runs" if part.regime.link == "tc" else "runs"
     print_card([os.path.join(part_out(study, part), sub)], os.path.join(part_out(study, part), "loss_vs_time.png"))
@@ -262,12 +262,14 @@ def report_main(argv=None) -> int:
     (``report DIR``: one folder's, as dreamddp-bench run wrote it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].endswith((".yaml", ".yml")) and not argv[0].startswith("-"):
-        from dreamddp.bench import rebuild
+        from dreamddp.reports import rebuild
 
         return rebuild.main(argv)
     p = argparse.ArgumentParser(prog="dreamddp-bench report", description=report_main.__doc__.split("\n")[0])
     p.add_argument("study", help="a study file, runners/<study>.yaml, or a folder dreamddp-bench run wrote")
     p.add_argument("--out", help="the study's output folder (default: the file's out)")
+    p.add_argument("--mix", action="store_true",
+                   help="report records made by different code (each report's header lists the commits)")
     args = p.parse_args(argv)
     try:
         study = load(args.study)
@@ -275,6 +277,6 @@ def report_main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     study = replace(study, out=args.out or study.out)
-    for path in study_reports.write_all(study, None):
+    for path in study_reports.write_all(study, None, mix=args.mix):
         print(path)
     return 0

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from dreamddp.results.tables import COLUMNS, PROFILE_ONLY, speedup_rows
+from dreamddp.reports.records import typed
+from dreamddp.reports.tables import COLUMNS, PROFILE_ONLY, speedup_rows
 
 
 def log_tables(runs: list[dict], directory: Path, mode: str = "offline", project: str = "dreamddp",
@@ -23,13 +24,13 @@ def log_tables(runs: list[dict], directory: Path, mode: str = "offline", project
     import wandb
 
     by_study: dict[tuple, list[dict]] = {}
-    for r in runs:
-        if r["study"] not in PROFILE_ONLY:
-            by_study.setdefault((r["study"], r["scale"]), []).append(r)
+    for r in map(typed, runs):
+        if r.study not in PROFILE_ONLY:
+            by_study.setdefault((r.study, r.scale), []).append(r)
     directory.mkdir(parents=True, exist_ok=True)
     out = []
     for (study, scale), members in sorted(by_study.items()):
-        experiment = members[0]["config"]["experiment"]["name"]
+        experiment = f"{study}_{scale}" if scale else study
         rows = speedup_rows(members, metric, targets)
         table = wandb.Table(columns=list(COLUMNS), data=[[r.get(c) for c in COLUMNS] for r in rows])
         run = wandb.init(project=project, group=experiment, job_type="summary", name=f"{experiment}-summary",

@@ -25,39 +25,35 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
 from dreamddp.algorithms import ALGORITHMS  # noqa: E402
-from dreamddp.results.tables import algo_label, algo_order, h_of, link_label, workers  # noqa: E402
+from dreamddp.reports.records import Record, typed  # noqa: E402
+from dreamddp.reports.tables import algo_order, link_label  # noqa: E402
 
 _COLORS = dict(zip(sorted(ALGORITHMS, key=algo_order), plt.get_cmap("tab10").colors))
 _STYLES = {5: ":", 10: "-", 20: "--"}
 
 
-def label(run: dict, with_h: bool = False) -> str:
-    h = h_of(run)
-    return algo_label(run) + (f" H={h}" if with_h and h is not None else "")
+def label(run: Record, with_h: bool = False) -> str:
+    return run.variant + (f" H={run.H}" if with_h and run.H is not None else "")
 
 
-def color(run: dict):
-    return _COLORS.get(run["config"]["algo"]["name"], "black")
+def color(run: Record):
+    return _COLORS.get(run.algo, "black")
 
 
-def metric_of(runs: list[dict]) -> str:
-    return "accuracy" if any("accuracy" in e for r in runs for e in r["evals"]) else "loss"
+def metric_of(runs: list[Record]) -> str:
+    return "accuracy" if any("accuracy" in e.values for r in runs for e in r.evaluation) else "loss"
 
 
-def epoch(run: dict, iteration: int) -> float:
-    per_worker = run["extra"].get("samples_per_epoch_per_worker")
-    if not per_worker:
-        raise ValueError(f"run {run['name']}: no samples_per_epoch_per_worker in its record")
-    return (iteration + 1) * run["config"]["train"]["batch_size"] / per_worker
+def epoch(run: Record, iteration: int) -> float:
+    return run.epoch(iteration)
 
 
-def panel_key(run: dict) -> str:
-    c = run["config"]
-    return f"{c['model']['name']}/{c['model']['size']} on {c['data']['name']}\n{workers(run)} workers, link {link_label(run)}"
+def panel_key(run: Record) -> str:
+    return f"{run.model} on {run.data}\n{run.world} workers, link {link_label(run)}"
 
 
-def _panels(runs: list[dict], n_rows: int = 1, width: float = 5.0, height: float = 3.8):
-    groups: dict[str, list[dict]] = defaultdict(list)
+def _panels(runs: list[Record], n_rows: int = 1, width: float = 5.0, height: float = 3.8):
+    groups: dict[str, list[Record]] = defaultdict(list)
     for r in runs:
         groups[panel_key(r)].append(r)
     keys = sorted(groups)
@@ -65,8 +61,8 @@ def _panels(runs: list[dict], n_rows: int = 1, width: float = 5.0, height: float
     return fig, axes, [(k, sorted(groups[k], key=_order)) for k in keys]
 
 
-def _order(run: dict) -> tuple:
-    return (algo_order(algo_label(run)), h_of(run) or 0)
+def _order(run: Record) -> tuple:
+    return (algo_order(run.variant), run.H or 0)
 
 
 def _save(fig, path: Path, title: str) -> Path:
@@ -78,17 +74,17 @@ def _save(fig, path: Path, title: str) -> Path:
     return path
 
 
-def convergence(runs: list[dict], path: Path, x: str = "epoch") -> Path:
+def convergence(runs: list[Record], path: Path, x: str = "epoch") -> Path:
     """Evaluation metric (top) and training loss (bottom) vs epoch or training time, one column per model."""
     fig, axes, panels = _panels(runs, n_rows=2)
     for col, (key, members) in enumerate(panels):
         metric = metric_of(members)
         top, bottom = axes[0][col], axes[1][col]
         for r in members:
-            xs_e = [epoch(r, e["iteration"]) if x == "epoch" else e["elapsed"] for e in r["evals"]]
-            top.plot(xs_e, [e[metric] for e in r["evals"]], "o-", ms=3, color=color(r), label=label(r))
-            xs_i = [epoch(r, i["iteration"]) if x == "epoch" else i["elapsed"] for i in r["iterations"]]
-            bottom.plot(xs_i, [i["loss"] for i in r["iterations"]], "-", lw=1, color=color(r), label=label(r))
+            xs_e = [r.epoch(e.iteration) if x == "epoch" else e.elapsed for e in r.evaluation]
+            top.plot(xs_e, [e.get(metric) for e in r.evaluation], "o-", ms=3, color=color(r), label=label(r))
+            xs_i = [r.epoch(i.iteration) if x == "epoch" else i.elapsed for i in r.iterations]
+            bottom.plot(xs_i, [i.loss for i in r.iterations], "-", lw=1, color=color(r), label=label(r))
         xlabel = "epoch" if x == "epoch" else "training time (s)"
         top.set(title=key, xlabel=xlabel, ylabel=f"eval {metric}")
         bottom.set(xlabel=xlabel, ylabel="train loss (per iteration)")
@@ -96,40 +92,39 @@ def convergence(runs: list[dict], path: Path, x: str = "epoch") -> Path:
     return _save(fig, path, f"Convergence vs {'epoch' if x == 'epoch' else 'wall-clock training time'}")
 
 
-def h_ablation(runs: list[dict], path: Path) -> Path:
+def h_ablation(runs: list[Record], path: Path) -> Path:
     """Per model: eval metric vs iteration, vs time; mean iteration time per (algorithm, H)."""
     fig, axes, panels = _panels(runs, n_rows=3, height=3.4)
     for col, (key, members) in enumerate(panels):
         metric = metric_of(members)
         for r in members:
-            style = _STYLES.get(h_of(r), "-.")
+            style = _STYLES.get(r.H, "-.")
             for row, xkey in ((0, "iteration"), (1, "elapsed")):
-                axes[row][col].plot([e[xkey] for e in r["evals"]], [e[metric] for e in r["evals"]], style,
+                axes[row][col].plot([getattr(e, xkey) for e in r.evaluation], [e.get(metric) for e in r.evaluation], style,
                                     marker="o", ms=3, color=color(r), label=label(r, True))
         axes[0][col].set(title=key, xlabel="iteration", ylabel=f"eval {metric}")
         axes[1][col].set(xlabel="training time (s)", ylabel=f"eval {metric}")
         axes[0][col].legend(fontsize=7)
         ax = axes[2][col]
         names = [label(r, True) for r in members]
-        ax.bar(names, [r["summary"]["mean_iteration_time"] for r in members], color=[color(r) for r in members])
+        ax.bar(names, [r.mean_iteration for r in members], color=[color(r) for r in members])
         ax.set(ylabel="mean iteration time (s)")
         ax.tick_params(axis="x", rotation=45, labelsize=7)
     return _save(fig, path, "H ablation")
 
 
-def divergence(runs: list[dict], path: Path) -> Path:
+def divergence(runs: list[Record], path: Path) -> Path:
     """Mean divergence vs iteration (top), per-unit divergence at the last measurement (bottom)."""
-    runs = [r for r in runs if r["divergence"]]
+    runs = [r for r in runs if r.divergence]
     if not runs:
         raise ValueError("divergence: no run has a divergence series (train.divergence_every=0?)")
     fig, axes, panels = _panels(runs, n_rows=2, width=6.0)
     for col, (key, members) in enumerate(panels):
         top, bottom = axes[0][col], axes[1][col]
         for r in members:
-            top.plot([d["iteration"] for d in r["divergence"]], [d["mean"] for d in r["divergence"]], "o-", ms=3,
+            top.plot([d.iteration for d in r.divergence], [d.mean for d in r.divergence], "o-", ms=3,
                      color=color(r), label=label(r, True))
-            last = r["divergence"][-1].get("per_unit") or {}
-            values = list(last.values()) if isinstance(last, dict) else list(last)
+            values = r.divergence[-1].per_unit
             bottom.plot(range(len(values)), values, ".-", color=color(r), label=label(r, True))
         top.set(title=key, xlabel="iteration", ylabel="mean divergence ||mean_w - w|| / sqrt(numel)")
         bottom.set(xlabel="unit (backward order: output side first)", ylabel="divergence at the last measurement")
@@ -137,28 +132,28 @@ def divergence(runs: list[dict], path: Path) -> Path:
     return _save(fig, path, "Parameter divergence across workers")
 
 
-def _link_x(run: dict) -> float:
+def _link_x(run: Record) -> float:
     """Link speed as 1/ratio (ratio studies) or Gbit/s: larger is a faster link either way."""
-    bw = run["config"]["bandwidth"]
-    return 1.0 / bw["comm_ratio"] if bw.get("comm_ratio") else float(bw.get("gbps") or 0.0)
+    ratio = run.bandwidth.get("comm_ratio")
+    return 1.0 / ratio if ratio else float(run.bandwidth.get("gbps") or 0.0)
 
 
-def bandwidth(runs: list[dict], path: Path) -> Path:
+def bandwidth(runs: list[Record], path: Path) -> Path:
     """Mean iteration time and exposed wait vs link speed, one line per algorithm."""
-    by_model: dict[str, list[dict]] = defaultdict(list)
+    by_model: dict[str, list[Record]] = defaultdict(list)
     for r in runs:
-        by_model[f"{r['config']['model']['name']}/{r['config']['model']['size']}, {workers(r)} workers"].append(r)
+        by_model[f"{r.model}, {r.world} workers"].append(r)
     fig, axes = plt.subplots(2, len(by_model), figsize=(5.5 * len(by_model), 7), squeeze=False)
     for col, (key, members) in enumerate(sorted(by_model.items())):
-        ratio = any(r["config"]["bandwidth"].get("comm_ratio") for r in members)
-        lines: dict[str, list[dict]] = defaultdict(list)
+        ratio = any(r.bandwidth.get("comm_ratio") for r in members)
+        lines: dict[str, list[Record]] = defaultdict(list)
         for r in members:
             lines[label(r, True)].append(r)
         for name, rs in sorted(lines.items(), key=lambda kv: _order(kv[1][0])):
             rs = sorted(rs, key=_link_x)
             xs = [_link_x(r) for r in rs]
-            axes[0][col].loglog(xs, [r["summary"]["mean_iteration_time"] for r in rs], "o-", color=color(rs[0]), label=name)
-            axes[1][col].semilogx(xs, [r["summary"]["mean_wait"] for r in rs], "o-", color=color(rs[0]), label=name)
+            axes[0][col].loglog(xs, [r.mean_iteration for r in rs], "o-", color=color(rs[0]), label=name)
+            axes[1][col].semilogx(xs, [r.mean_wait for r in rs], "o-", color=color(rs[0]), label=name)
         ticks = sorted({_link_x(r) for r in members})
         for ax in axes[:, col]:
             ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
@@ -170,14 +165,14 @@ def bandwidth(runs: list[dict], path: Path) -> Path:
     return _save(fig, path, "Bandwidth sweep")
 
 
-def iteration_time(runs: list[dict], path: Path) -> Path:
+def iteration_time(runs: list[Record], path: Path) -> Path:
     """Stacked bars per model: compute (iteration - exposed wait) and exposed wait, per algorithm."""
     fig, axes, panels = _panels(runs, n_rows=1, width=4.5)
     for col, (key, members) in enumerate(panels):
         ax = axes[0][col]
         names = [label(r) for r in members]
-        wait = [r["summary"]["mean_wait"] for r in members]
-        busy = [r["summary"]["mean_iteration_time"] - w for r, w in zip(members, wait)]
+        wait = [r.mean_wait for r in members]
+        busy = [r.mean_iteration - w for r, w in zip(members, wait)]
         ax.bar(names, busy, color=[color(r) for r in members])
         ax.bar(names, wait, bottom=busy, color="lightgrey", hatch="//", edgecolor="grey")
         ax.set(title=key, ylabel="mean iteration time (s)")
@@ -197,11 +192,11 @@ FIGURES = {
 }
 
 
-def make_figures(runs: list[dict], out_dir: Path) -> list[Path]:
+def make_figures(runs: list[Record], out_dir: Path) -> list[Path]:
     """Every figure whose study has runs: ``<out>/figures/<figure>[_<scale>].png``."""
-    by_study: dict[tuple, list[dict]] = defaultdict(list)
-    for r in runs:
-        by_study[(r["study"], r["scale"])].append(r)
+    by_study: dict[tuple, list[Record]] = defaultdict(list)
+    for r in map(typed, runs):
+        by_study[(r.study, r.scale)].append(r)
     written = []
     for (study, scale), members in sorted(by_study.items()):
         for name, draw in FIGURES.get(study, []):

@@ -32,7 +32,7 @@ from dreamddp.run.record import RECORD_NAME
 
 COMPACT_VERSION = 1
 MAX_POINTS = 300  # iteration rows kept per run
-_ROW_KEYS = ("iteration", "time", "forward", "backward", "wait", "bytes", "loss")
+_ROW_KEYS = ("iteration", "time", "forward", "backward", "wait", "bytes", "wire_bytes", "loss")
 _PROFILE_FILES = ("bp", "comm", "fwd", "nbytes", "meta")
 _EXTRA_KEYS = ("link", "link_calibration", "world_size", "samples_per_epoch_per_worker", "schedule", "model")
 _SUFFIX = re.compile(r"_(cpu|paper)$")

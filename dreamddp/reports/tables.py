@@ -2,8 +2,8 @@
 
 Runs are compared within a group: same study and scale, model, data, worker
 count and link.  Per run: mean iteration time and exposed wait (the run's
-summary: warm-up iterations excluded, dreamddp/run/summary.py), payload per
-iteration, final evaluation, and the time to target (results/target.py) of
+summary: warm-up iterations excluded, dreamddp/run/summary.py), wire bytes per
+worker per iteration (records.py), final evaluation, and the time to target (results/target.py) of
 the evaluation series.
 
 Target (per group): ``target`` if given, else the worst final value among the
@@ -20,10 +20,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Optional
 
-from dreamddp.algorithms import ALGORITHMS
 from dreamddp.atomic import write_csv as atomic_csv
 from dreamddp.atomic import write_text
-from dreamddp.results.target import eval_points, time_to_target
+from dreamddp.reports.records import order, typed
+from dreamddp.reports.target import eval_points, time_to_target
 
 # Studies whose runs only profile (two training steps): their timings make no table.
 PROFILE_ONLY = ("scheduler",)
@@ -31,57 +31,46 @@ REFERENCE = "dreamddp"  # the method whose speedups the tables report (the paper
 HIGHER_IS_BETTER = {"accuracy": True, "loss": False, "perplexity": False}
 COLUMNS = (
     "study", "scale", "model", "data", "workers", "link", "algorithm", "H", "iterations",
-    "mean_iteration_time_s", "mean_wait_s", "mib_per_iteration", "final_eval", "metric", "target",
+    "mean_iteration_time_s", "mean_wait_s", "wire_mib_per_iteration", "final_eval", "metric", "target",
     "time_to_target_s", "speedup_iteration", "speedup_time_to_target",
 )
 
 
-def link_label(run: dict) -> str:
+def link_label(run) -> str:
     """``ratio 7`` (comm/backward set at start-up), ``1 Gbit/s``, ``ideal``; ``+ tc`` when shaped."""
-    bw = run["config"]["bandwidth"]
-    if bw["backend"] == "ideal":
+    bw = typed(run).bandwidth
+    backend, ratio, gbps = bw.get("backend"), bw.get("comm_ratio"), bw.get("gbps")
+    if backend == "ideal":
         return "ideal"
-    label = f"ratio {bw['comm_ratio']:g}" if bw.get("comm_ratio") else f"{bw['gbps']:g} Gbit/s"
-    return label + (" tc" if bw["backend"] == "tc" else "")
+    return (f"ratio {ratio:g}" if ratio else f"{gbps:g} Gbit/s") + (" tc" if backend == "tc" else "")
 
 
-def workers(run: dict) -> int:
-    return int(run["summary"].get("workers") or run["extra"].get("world_size") or 0)
+def workers(run) -> int:
+    return typed(run).world
 
 
-def group_key(run: dict) -> tuple:
-    c = run["config"]
-    return (run["study"], run["scale"], f"{c['model']['name']}/{c['model']['size']}", c["data"]["name"],
-            workers(run), link_label(run))
+def group_key(run) -> tuple:
+    rec = typed(run)
+    return rec.study, rec.scale, rec.model, rec.data, rec.world, link_label(rec)
 
 
-def _algorithm(name: str):
-    return ALGORITHMS.get(name)
-
-
-def algo_label(run: dict) -> str:
-    """The run's algorithm as tables name it (a variant such as ``dreamddp+overlap`` included)."""
-    algo = run["config"]["algo"]
-    cls = _algorithm(algo["name"])
-    return cls.variant(algo) if cls is not None else algo["name"]
+def algo_label(run) -> str:
+    """The run's algorithm as tables name it (records.variant: a variant such as ``dreamddp+overlap``)."""
+    return typed(run).variant
 
 
 def algo_order(label: str) -> int:
-    """Display order (algorithms' own metadata); variants sort with their algorithm."""
-    cls = _algorithm(label.split("+")[0])
-    return cls.display.order if cls is not None else 10**6
+    """Display order (records.order: the algorithms' own metadata); variants sort with their algorithm."""
+    return order(label)[0]
 
 
-def h_of(run: dict) -> Optional[int]:
+def h_of(run) -> Optional[int]:
     """H for algorithms that sync once per H-window (their display says so), else None."""
-    algo = run["config"]["algo"]
-    cls = _algorithm(algo["name"])
-    return int(algo["H"]) if cls is not None and cls.display.periodic else None
+    return typed(run).H
 
 
-def final(run: dict, metric: str) -> Optional[float]:
-    values = [e[metric] for e in run["evals"] if e.get(metric) is not None]
-    return float(values[-1]) if values else None
+def final(run, metric: str) -> Optional[float]:
+    return typed(run).final_eval(metric)
 
 
 def _sort_key(row: dict) -> tuple:
@@ -95,7 +84,7 @@ def speedup_rows(runs: Iterable[dict], metric: str = "loss", targets: Optional[d
         raise ValueError(f"metric {metric!r}: choose from {', '.join(HIGHER_IS_BETTER)}")
     targets = targets or {}
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for run in runs:
+    for run in map(typed, runs):
         groups[group_key(run)].append(run)
     rows: list[dict] = []
     for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
@@ -106,12 +95,12 @@ def speedup_rows(runs: Iterable[dict], metric: str = "loss", targets: Optional[d
             target = min(finals) if HIGHER_IS_BETTER[metric] else max(finals)
         block = []
         for run in members:
-            s = run["summary"]
+            s = run.summary
             block.append({
                 "study": key[0], "scale": key[1], "model": key[2], "data": key[3], "workers": key[4], "link": key[5],
-                "algorithm": algo_label(run), "H": h_of(run), "iterations": s.get("iterations"),
+                "algorithm": run.variant, "H": run.H, "iterations": s.get("iterations"),
                 "mean_iteration_time_s": s.get("mean_iteration_time"), "mean_wait_s": s.get("mean_wait"),
-                "mib_per_iteration": (s.get("bytes_per_iteration") or 0.0) / 2**20,
+                "wire_mib_per_iteration": run.wire_per_iteration() / 2**20,
                 "final_eval": final(run, metric), "metric": metric, "target": target,
                 "time_to_target_s": (time_to_target(eval_points(run, metric), target, HIGHER_IS_BETTER[metric])
                                      if target is not None else None),
@@ -165,13 +154,13 @@ def markdown(rows: list[dict], title: str) -> str:
     for (model, data, n, link), members in groups.items():
         m = members[0]
         lines += ["", f"## {model} on {data}, {n} workers, link {link}: target {m['metric']} {_fmt(m['target'])}", ""]
-        lines += ["| algorithm | H | iterations | iteration (s) | exposed wait (s) | MiB/iteration | final eval "
+        lines += ["| algorithm | H | iterations | iteration (s) | exposed wait (s) | wire MiB/iteration | final eval "
                   f"{m['metric']} | time to target (s) | speedup (iteration) | speedup (time to target) |"]
         lines += ["|---" * 10 + "|"]
         for r in members:
             lines.append("| " + " | ".join([
                 r["algorithm"], _fmt(r["H"]), _fmt(r["iterations"]), _fmt(r["mean_iteration_time_s"]),
-                _fmt(r["mean_wait_s"]), _fmt(r["mib_per_iteration"], ".3f"), _fmt(r["final_eval"]),
+                _fmt(r["mean_wait_s"]), _fmt(r["wire_mib_per_iteration"], ".3f"), _fmt(r["final_eval"]),
                 _fmt(r["time_to_target_s"]), _fmt(r["speedup_iteration"], ".2f"),
                 _fmt(r["speedup_time_to_target"], ".2f"),
             ]) + " |")
@@ -181,9 +170,9 @@ def markdown(rows: list[dict], title: str) -> str:
 def write_tables(runs: list[dict], out_dir: Path, metric: str = "loss", targets: Optional[dict] = None) -> list[Path]:
     """``<out>/tables/<study>[_<scale>].csv|.md`` per study; returns the files written."""
     by_study: dict[tuple, list[dict]] = defaultdict(list)
-    for run in runs:
-        if run["study"] not in PROFILE_ONLY:
-            by_study[(run["study"], run["scale"])].append(run)
+    for run in map(typed, runs):
+        if run.study not in PROFILE_ONLY:
+            by_study[(run.study, run.scale)].append(run)
     written = []
     for (study, scale), members in sorted(by_study.items()):
         stem = f"{study}_{scale}" if scale else study

@@ -29,20 +29,20 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from dreamddp.atomic import write_csv  # noqa: E402
 from dreamddp.schedule.compare import by_bandwidth, by_units, reference_root  # noqa: E402
+from dreamddp.reports.records import Record, typed  # noqa: E402
 from dreamddp.schedule.profile import load_profile  # noqa: E402
 
 RATIOS = (0.125, 0.25, 0.5, 1, 2, 4, 8)  # the runner's bandwidth ratios
 
 
-def pick_profiles(runs: list[dict]) -> dict[tuple, dict]:
+def pick_profiles(runs: list) -> dict[tuple, Record]:
     """(scale, model) -> the run whose profile represents it (scheduler study first)."""
-    chosen: dict[tuple, dict] = {}
+    chosen: dict[tuple, Record] = {}
     # DreamDDP's profiles: the ones its scheduler planned from (other runs profile only to
     # predict, and on a paced link time no all-reduce)
-    with_profile = [r for r in runs if r["extra"].get("profile_data") and r["config"]["algo"]["name"] == "dreamddp"]
-    for r in sorted(with_profile, key=lambda r: (r["study"] != "scheduler", r["name"])):
-        key = (r["scale"], f"{r['config']['model']['name']}_{r['config']['model']['size']}")
-        chosen.setdefault(key, r)
+    with_profile = [r for r in map(typed, runs) if r.extra.get("profile_data") and r.algo == "dreamddp"]
+    for r in sorted(with_profile, key=lambda r: (r.study != "scheduler", r.name)):
+        chosen.setdefault((r.scale, r.model.replace("/", "_")), r)
     return chosen
 
 
@@ -53,13 +53,13 @@ def _write_profile(data: dict, folder: Path) -> Path:
     return folder
 
 
-def study(run: dict, folder: Path) -> tuple[list[dict], list[dict], int]:
+def study(run: Record, folder: Path) -> tuple[list[dict], list[dict], int]:
     """Run the two studies on ``run``'s profile; CSVs under ``folder``; (by units, by bandwidth, H)."""
-    profile = load_profile(_write_profile(run["extra"]["profile_data"], folder / "profile"))
-    H = int(run["config"]["algo"]["H"])
+    profile = load_profile(_write_profile(run.extra.get("profile_data"), folder / "profile"))
+    H = run.H
     n = len(profile.units)
     if n < H:
-        raise ValueError(f"{run['name']}: {n} units < H={H}; the scheduler needs a unit per iteration")
+        raise ValueError(f"{run.name}: {n} units < H={H}; the scheduler needs a unit per iteration")
     # the searches' own seconds left out: the CSVs are remade from the records, byte for byte
     untimed = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time_")} for r in rows]  # noqa: E731
     units = untimed(by_units(profile, range(H, min(n, 30) + 1), H))

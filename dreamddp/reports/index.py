@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dreamddp.atomic import write_text
+from dreamddp.reports.render import write_readme
 
 # The folders a results tree holds (docs/benchmark.md), what each is, and the make target behind it.
 FOLDERS = {
@@ -27,24 +27,15 @@ FOLDERS = {
 _MADE_BY = re.compile(r"Made by `([^`]+)`")
 
 
-def _report_line(readme: Path, root: Path) -> str:
+def _report(readme: Path, root: Path) -> tuple[str, str, str | None]:
+    """(path under root, title, the "Made by" command) of one report."""
     text = readme.read_text()
     title = next((line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("#")), readme.parent.name)
     made = _MADE_BY.search(text)
-    rel = readme.relative_to(root).as_posix()
-    return f"| [{rel}]({rel}) | {title} | {'`' + made.group(1) + '`' if made else ''} |"
+    return readme.relative_to(root).as_posix(), title, made.group(1) if made else None
 
 
 def write_index(root: Path) -> Path:
-    lines = ["# Results", "",
-             "Everything under this folder is made by a command from committed run records; this index "
-             "too (`dreamddp-results index`, part of `make reports`). `make reports-check` remakes every "
-             "report and fails if one differs.", "",
-             "| folder | what it holds | made by |", "|---|---|---|"]
-    lines += [f"| `{name}/` | {what} | `{how}` |" for name, (what, how) in FOLDERS.items() if (root / name).is_dir()]
-    reports = sorted(p for p in root.rglob("README.md") if p.parent != root)
-    lines += ["", "## Reports", "", "| report | title | made by |", "|---|---|---|"]
-    lines += [_report_line(p, root) for p in reports]
-    path = root / "README.md"
-    write_text(path, "\n".join(lines) + "\n")
-    return path
+    folders = [(name, what, how) for name, (what, how) in FOLDERS.items() if (root / name).is_dir()]
+    reports = [_report(p, root) for p in sorted(p for p in root.rglob("README.md") if p.parent != root)]
+    return Path(write_readme(root, "index.md.j2", folders=folders, reports=reports))

@@ -24,16 +24,17 @@ def time_to_target(points: Iterable[tuple[float, float]], target: float, higher_
     return None
 
 
-def eval_points(run: dict, metric: str) -> list[tuple[float, float]]:
-    """(training seconds, metric) at each evaluation (a collected record's ``elapsed``)."""
-    return [(e.get("elapsed"), e.get(metric)) for e in run["evals"]]
+def eval_points(run, metric: str) -> list[tuple[float, float]]:
+    """(training seconds, metric) at each evaluation (a collected record's ``elapsed``; ``run``: records.Record)."""
+    return [(e.elapsed, e.get(metric)) for e in run.evaluation]
 
 
-def train_loss_points(rows: list[dict], smooth: int = SMOOTH) -> list[tuple[float, float]]:
-    """(training seconds, training loss averaged over the last ``smooth`` iterations) per iteration."""
+def train_loss_points(rows: list, smooth: int = SMOOTH) -> list[tuple[float, float]]:
+    """(training seconds, training loss averaged over the last ``smooth`` iterations) per iteration
+    (``rows``: records.Row)."""
     out, elapsed = [], 0.0
-    losses = [r["loss"] for r in rows]
+    losses = [r.loss for r in rows]
     for i, r in enumerate(rows):
-        elapsed += r["time"]
+        elapsed += r.time
         out.append((elapsed, statistics.fmean(losses[max(0, i - smooth + 1): i + 1])))
     return out

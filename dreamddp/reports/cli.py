@@ -1,4 +1,4 @@
-"""``dreamddp-results``: run records -> the result card, compact copies, tables, figures, W&B table.
+"""``dreamddp-results``: run records -> the result card, compact copies, tables, figures, W&B table, provenance.
 
     dreamddp-results card multirun/2026-12-01/10-00-00 [--figure loss.png] [--csv card.csv]
     dreamddp-results collect --runs multirun --out results/runs
@@ -7,8 +7,9 @@
     dreamddp-results wandb   --runs results/runs --dir multirun/wandb-summary [--mode offline]
     dreamddp-results scheduler-reference --out results/scheduler     # needs the authors' profiles
     dreamddp-results index --results results                          # results/README.md
+    dreamddp-results provenance results                               # the folders whose records mix code
 
-``python -m dreamddp.results`` is the same program.
+``python -m dreamddp.reports`` is the same program.
 ``--runs`` takes directories (searched recursively for run.json and compact
 records), run.json files, or W&B offline run dirs.  ``figures`` writes the
 tables too, so it regenerates everything under --out from the records alone.
@@ -21,8 +22,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dreamddp.results.collect import collect, write_compact
-from dreamddp.results.tables import HIGHER_IS_BETTER, write_tables
+from dreamddp.reports.collect import collect, write_compact
+from dreamddp.reports.tables import HIGHER_IS_BETTER, write_tables
 
 
 def _targets(items: list[str]) -> dict:
@@ -45,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--figure", default=None, help="loss vs training seconds (default: loss_vs_time.png in the first RUNS dir)")
     c.add_argument("--no-figure", action="store_true")
     c.add_argument("--csv", default=None, help="also write the card's rows here")
+    c.add_argument("--mix", action="store_true", help="allow records of different code (the card lists them)")
+    v = sub.add_parser("provenance", help="each benchmark folder under a results tree whose records mix code versions")
+    v.add_argument("results", nargs="?", default="results")
     r = sub.add_parser("scheduler-reference", help="scheduler vs exact optimum on an authors' profile (paper Figs. 15, 16)")
     r.add_argument("--profile", default=None, help="profile dir (default: the authors' A6000 ResNet-18)")
     r.add_argument("--H", type=int, default=5)
@@ -72,20 +76,26 @@ def _parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> list[Path]:
     if args.command == "card":
-        from dreamddp.results.card import print_card
+        from dreamddp.reports.card import print_card
 
         first = Path(args.runs[0])
         figure = None if args.no_figure else args.figure or (first if first.is_dir() else first.parent) / "loss_vs_time.png"
-        print_card(args.runs, figure, args.csv)
+        print_card(args.runs, figure, args.csv, mix=args.mix)
+        return []
+    if args.command == "provenance":
+        from dreamddp.reports.records import mixed_folders
+
+        for folder, found in mixed_folders(Path(args.results)).items():
+            print(f"{folder}: " + "; ".join(f"{p.name()} ({len(runs)} runs)" for p, runs in found.items()))
         return []
     if args.command == "index":
-        from dreamddp.results.index import write_index
+        from dreamddp.reports.index import write_index
 
         if not Path(args.results).is_dir():
             raise FileNotFoundError(f"--results {args.results}: no such folder")
         return [write_index(Path(args.results))]
     if args.command == "scheduler-reference":
-        from dreamddp.results.scheduler import reference_study
+        from dreamddp.reports.scheduler import reference_study
 
         return reference_study(Path(args.out), Path(args.profile) if args.profile else None, args.H)
     statuses = ("completed", "failed", "running", "preempted") if args.include_failed else ("completed",)
@@ -100,14 +110,14 @@ def run(args: argparse.Namespace) -> list[Path]:
     if args.command == "collect":
         return write_compact(runs, Path(args.out))
     if args.command == "wandb":
-        from dreamddp.results.wandb_table import log_tables
+        from dreamddp.reports.wandb_table import log_tables
 
         return [Path(d) for d in log_tables(runs, Path(args.dir), args.mode, args.project, args.metric, targets)]
     out = Path(args.out)
     written = write_tables(runs, out, args.metric, targets)
     if args.command == "figures":
-        from dreamddp.results.figures import make_figures
-        from dreamddp.results.scheduler import make_scheduler_figures
+        from dreamddp.reports.figures import make_figures
+        from dreamddp.reports.scheduler import make_scheduler_figures
 
         written += make_figures(runs, out) + make_scheduler_figures(runs, out)
     return written

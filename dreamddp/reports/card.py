@@ -1,0 +1,207 @@
+"""The result card: algorithms side by side, from run records alone.
+
+    dreamddp-results card RUNS... [--figure loss_vs_time.png] [--csv card.csv] [--mix]
+
+``RUNS`` are run directories, run.json files, compact records or a sweep or
+benchmark folder (searched recursively, as ``collect`` does).  Runs are grouped
+into blocks of one model, data set and worker count; in each block one row per
+algorithm, at most 8 columns: runs, mean iteration time, speedup over S-SGD and
+over FLSGD (their time over this one's), exposed wait, wire bytes per worker per
+iteration (records.py: the one definition) and the final training loss (the mean
+of the last ``SMOOTH`` iterations); a column n/a in every row is left out.  Where
+an algorithm ran several times (repetitions, seeds) a value is the median with
+the min-max spread in brackets, and a speedup is taken run against run of the
+same seed before its median.  A benchmark's compute-only and engine-overhead runs
+(ideal link beside paced ones), its calibration and memory runs are left out.
+The figure plots the smoothed training loss against training seconds.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from dreamddp.atomic import write_csv
+from dreamddp.reports.collect import collect
+from dreamddp.reports.records import Record, check_provenance, order
+from dreamddp.reports.render import table
+from dreamddp.reports.spread import median_spread
+from dreamddp.reports.target import SMOOTH, train_loss_points
+
+BASELINES = ("ssgd", "flsgd")  # the speedup columns, in this order
+COLUMNS = ("algorithm", "runs", "iteration_ms", "x_ssgd", "x_flsgd", "wait_ms", "wire_mib", "final_loss")
+HEADER = ("algorithm", "runs", "iteration ms", "x S-SGD", "x FLSGD", "exposed wait ms", "wire MiB/it", "final loss")
+DIGITS = (None, None, 1, 2, 2, 1, 3, 3)
+
+
+def records_of(runs: list[dict]) -> list[Record]:
+    """Typed records of collected (compact) runs, a benchmark segment labelled by its folder."""
+    out = []
+    for run in runs:
+        source = Path(run.get("source") or "")
+        label = source.name if re.fullmatch(r"rep\d+", source.parent.name) else None
+        out.append(Record.of(run, str(source), label))
+    return out
+
+
+def _unique_labels(records: list[Record]) -> None:
+    """Runs that share a label but not their algo options (a sweep over H) get the differing
+    options appended, so only repetitions share a label."""
+    by_label = defaultdict(list)
+    for r in records:
+        by_label[r.label].append(r)
+    for label, rs in by_label.items():
+        keys = sorted({k for r in rs for k in r.options if len({str(b.options.get(k)) for b in rs}) > 1})
+        for r in rs:
+            if keys:
+                r.label = label + " " + " ".join(f"{k}={r.options.get(k)}" for k in keys)
+
+
+def blocks(records: list[Record]) -> dict[tuple, dict[str, list[Record]]]:
+    """{(model, data, workers): {label: [records]}}, the runs a card shows."""
+    by_block: dict[tuple, list[Record]] = defaultdict(list)
+    for r in records:
+        if r.label != "calibration" and not r.label.endswith("@memory"):
+            by_block[(r.summary.get("model", r.model), r.data, r.world)].append(r)
+    out: dict[tuple, dict[str, list[Record]]] = defaultdict(lambda: defaultdict(list))
+    for key, members in by_block.items():
+        _unique_labels(members)  # within the block: another model's options are not a variant
+        for r in members:
+            out[key][r.label].append(r)
+    for key, by_label in out.items():  # beside paced runs, ideal-link ones are another regime
+        if any(r.paced for rs in by_label.values() for r in rs):
+            out[key] = defaultdict(list, {lb: rs for lb, rs in by_label.items() if all(r.paced for r in rs)})
+    return {k: dict(v) for k, v in out.items()}
+
+
+def _speedup(base: list[Record], runs: list[Record]):
+    """Median (spread) of base's time / this one's, paired by seed where both have it."""
+    by_seed = {r.seed: r.mean_iteration for r in base}
+    paired = [by_seed[r.seed] / r.mean_iteration for r in runs if r.seed in by_seed]
+    if not paired and base:
+        paired = [statistics.median(r.mean_iteration for r in base) / statistics.median(r.mean_iteration for r in runs)]
+    return median_spread(paired)
+
+
+def card_rows(records: list[Record]) -> list[tuple[tuple, list[dict]]]:
+    """[(block key, rows)] with one row per algorithm (COLUMNS; spreads as (median, min, max))."""
+    out = []
+    for key, by_label in blocks(records).items():
+        rows = []
+        for label, rs in sorted(by_label.items(), key=lambda item: order(item[0], item[1][0].algo)):
+            rows.append({"algorithm": label, "runs": len(rs),
+                         "iteration_ms": median_spread([1e3 * r.mean_iteration for r in rs]),
+                         **{f"x_{b}": _speedup(by_label[b], rs) if b in by_label else None for b in BASELINES},
+                         "wait_ms": median_spread([1e3 * r.mean_wait for r in rs]),
+                         "wire_mib": median_spread([r.wire_per_iteration() / 2**20 for r in rs]),
+                         "final_loss": median_spread([r.final_loss() for r in rs])})
+        out.append((key, rows))
+    return out
+
+
+def _fmt(value, digits: int) -> str:
+    if value is None:
+        return "n/a"
+    m, lo, hi = value
+    return f"{m:.{digits}f}" if lo == hi else f"{m:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
+
+
+def _cells(row: dict) -> list[str]:
+    return [str(row[k]) if d is None else _fmt(row[k], d) for k, d in zip(COLUMNS, DIGITS)]
+
+
+def _link(rs: list[Record]) -> str:
+    links = [r.link for r in rs if r.paced]
+    if not links:
+        return "ideal link"
+    rates = [link.get("gbps") for link in links if link.get("gbps")]
+    rate = f" {1e3 * statistics.median(rates):.3g} Mbit/s" if rates else ""
+    return f"{links[0]['backend']} link{rate}"
+
+
+def card_tables(records: list[Record]) -> list[dict]:
+    """Per block: its caption and its table (templates' md_table; all-n/a columns dropped)."""
+    out = []
+    for (model, data, workers), rows in card_rows(records):
+        members = [r for r in records if (r.summary.get("model", r.model), r.data, r.world) == (model, data, workers)]
+        H = {r.options.get("H") for r in members} - {None}
+        out.append({"caption": f"{model} on {data}, {workers} workers, {_link(members)}"
+                               + (f", H={'/'.join(map(str, sorted(H)))}" if H else ""),
+                    "table": table(list(HEADER), [_cells(r) for r in rows])})
+    return out
+
+
+def render(records: list[Record]) -> str:
+    """The card as aligned plain text (the terminal's)."""
+    lines = []
+    for block in card_tables(records):
+        lines += [block["caption"], ""]
+        rows = [block["table"]["header"]] + block["table"]["rows"]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_figure(records: list[Record], path: Path) -> Path:
+    """Smoothed training loss against training seconds, one panel per block, a line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = blocks(records)
+    fig, axes = plt.subplots(1, len(groups), figsize=(6.0 * len(groups), 4.2), squeeze=False)
+    for ax, ((model, data, workers), by_label) in zip(axes[0], groups.items()):
+        for i, (label, rs) in enumerate(by_label.items()):
+            for k, r in enumerate(rs):
+                points = train_loss_points(r.iterations)
+                ax.plot([p[0] for p in points], [p[1] for p in points], color=f"C{i % 10}", alpha=0.9 if k == 0 else 0.4,
+                        label=label if k == 0 else None)
+        ax.set(title=f"{model} on {data}, {workers} workers", xlabel="training seconds",
+               ylabel=f"training loss (mean of last {SMOOTH})")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def write_card_csv(records: list[Record], path: Path) -> Path:
+    """The card's rows: medians, with the spread's ends as ``<column>_min`` / ``<column>_max``."""
+    flat = []
+    for (model, data, workers), rows in card_rows(records):
+        for r in rows:
+            row = {"model": model, "data": data, "workers": workers}
+            for k in COLUMNS:
+                v = r[k]
+                if isinstance(v, tuple):
+                    row.update({k: v[0], f"{k}_min": v[1], f"{k}_max": v[2]})
+                else:
+                    row.update({k: v} if k in ("algorithm", "runs") else {k: v, f"{k}_min": v, f"{k}_max": v})
+            flat.append(row)
+    write_csv(path, flat)
+    return path
+
+
+def print_card(paths: list[str | Path], figure: str | Path | None = None, csv: str | Path | None = None,
+               mix: bool = False) -> str:
+    """Print the card of the completed runs under ``paths``; write the figure and the CSV if asked."""
+    records = records_of(collect(paths))
+    if not records:
+        raise ValueError(f"no completed run records under {' '.join(map(str, paths))}")
+    mixed = check_provenance(records, mix, "card")
+    text = render(records)
+    if mixed:
+        text = "mixes code versions:\n" + "\n".join(f"  {line}" for line in mixed) + "\n\n" + text
+    print(text, end="")
+    if figure:
+        print(f"figure: {write_figure(records, Path(figure))}", file=sys.stderr)
+    if csv:
+        print(f"csv: {write_card_csv(records, Path(csv))}", file=sys.stderr)
+    return text
