@@ -10,7 +10,7 @@ BENCH_ARGS ?=
 BENCH := $(OFFLINE) WANDB_MODE=disabled $(VENV)/bin/dreamddp-bench
 RESULTS_CLI := $(VENV)/bin/dreamddp-results
 
-.PHONY: plan-table4 fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency bench-methods methods-cards bench-unequal simulator-accuracy simulator-accuracy-tc simulator-accuracy-fast gpu gpu-reports
+.PHONY: plan-table4 fixtures reports reports-check figures paper-cpu results-wandb scheduler-reference bench bench-large bench-skew bench-tc bench-latency bench-methods methods-cards bench-fsdp bench-unequal simulator-accuracy simulator-accuracy-tc simulator-accuracy-fast gpu gpu-reports
 
 # Every study is one file under runners/ (models, runs, regime, repetitions, parts, reports, claims):
 # `dreamddp-bench run runners/<study>.yaml --dry-run` lists its jobs; --resume keeps the completed ones.
@@ -31,6 +31,9 @@ bench-latency: venv ## DreamDDP with and without fused collectives at 0, 10 and 
 
 bench-methods: venv ## compression, outer optimizers, late outer updates: time at ratio 7 and 30, quality, cards -> results/bench/methods/
 	$(BENCH) run runners/methods.yaml --out $(RESULTS)/bench/methods $(BENCH_ARGS)
+
+bench-fsdp: venv ## FSDP2 inside each replica: FLSGD, DreamDDP, S-SGD (HSDP) at 2 replicas x 2 shards beside unsharded -> results/bench/fsdp/
+	$(BENCH) run runners/fsdp.yaml --out $(RESULTS)/bench/fsdp $(BENCH_ARGS)
 
 bench-unequal: venv ## every algorithm and flsgd_timed with one slow worker and with slow spells -> results/bench/unequal/
 	$(BENCH) run runners/unequal.yaml --out $(RESULTS)/bench/unequal $(BENCH_ARGS)
