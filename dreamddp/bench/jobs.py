@@ -93,24 +93,25 @@ def job_done(spec: dict) -> bool:
     return job_state(spec) is None
 
 
-def job_env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
-            "HF_DATASETS_OFFLINE": "1"}
-
-
-def job(spec: dict, nproc: int, rep: int, port: int = 29400) -> float:
-    """Run the job of ``spec`` in its emptied folder (another job's records must not mix in); its seconds."""
-    out = spec["out"]
+def launch(out: str, spec: dict, cmd: list[str]) -> int:
+    """``cmd`` run in the emptied folder ``out`` (another job's records must not mix in), beside its spec
+    (spec.json) and its log (job.log); its exit status."""
     if os.path.isdir(out):
         shutil.rmtree(out)
     os.makedirs(out)
     write_json(os.path.join(out, "spec.json"), spec)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
-           "--master-addr", "127.0.0.1", "--master-port", str(port + rep),
-           "-m", "dreamddp.bench.worker", os.path.join(out, "spec.json")]
-    t0 = time.perf_counter()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1"}
     with open(os.path.join(out, "job.log"), "w") as log:
-        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=job_env()).returncode
+        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+
+
+def job(spec: dict, nproc: int, rep: int, port: int = 29400) -> float:
+    """Run the job of ``spec``; its seconds."""
+    out, t0 = spec["out"], time.perf_counter()
+    code = launch(out, spec, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node",
+                              str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(port + rep),
+                              "-m", "dreamddp.bench.worker", os.path.join(out, "spec.json")])
     if code != 0:
         raise SystemExit(f"bench: repetition {rep} failed (exit {code}); see {out}/job.log")
     return time.perf_counter() - t0

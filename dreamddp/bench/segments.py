@@ -49,7 +49,8 @@ def segment_overrides(spec: dict, seg: dict, calibration: dict, memory: bool = F
     """A segment's whole command line in the job of ``spec``: the base, its own overrides, a timed
     window, its link (the emulated one at the calibrated rate), the schedule it runs on
     (``schedule_from``'s, written by that run: ``schedule=False`` before the job) and its iterations."""
-    link = ["bandwidth=ideal"] if seg["link"] == "ideal" else ["bandwidth=1gbit", f"bandwidth.gbps={calibration['gbps']}"]
+    gbps = calibration["gbps"]
+    link = ["bandwidth=ideal"] if seg["link"] == "ideal" else ["bandwidth=1gbit", f"bandwidth.gbps={gbps}"]
     if seg["link"] != "ideal" and spec.get("latency_ms"):
         link.append(f"bandwidth.latency_ms={spec['latency_ms']}")
     extra = [f"algo.schedule={os.path.join(spec['out'], seg['schedule_from'], 'schedule.json')}"] \

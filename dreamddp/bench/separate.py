@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,16 +26,10 @@ LINKS = ("tc", "emulated")
 
 
 def run_job(run_dir: Path, overrides: list[str]) -> dict:
-    """One ``dreamddp-run`` job into an emptied ``run_dir`` (its log job.log, its spec spec.json); its record."""
-    if run_dir.exists():  # a job cut short, or another spec's, must leave nothing
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    write_json(run_dir / "spec.json", run_spec(overrides))
-    cmd = [sys.executable, "-m", "dreamddp.cli", *overrides, "train.progress=false", f"hydra.run.dir={run_dir}",
-           "hydra.output_subdir=null",  # run.json has the config, job.log the log
-           "hydra.job_logging.handlers.file.filename=/dev/null"]
-    with open(run_dir / "job.log", "w") as log:
-        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=jobs.job_env()).returncode
+    """One ``dreamddp-run`` job into ``run_dir`` (jobs.launch); its record."""
+    code = jobs.launch(str(run_dir), run_spec(overrides), [
+        sys.executable, "-m", "dreamddp.cli", *overrides, "train.progress=false", f"hydra.run.dir={run_dir}",
+        "hydra.output_subdir=null", "hydra.job_logging.handlers.file.filename=/dev/null"])  # run.json has the config
     if code != 0:
         raise SystemExit(f"bench: {run_dir} failed (exit {code}); see {run_dir}/job.log")
     return json.loads((run_dir / "run.json").read_text())

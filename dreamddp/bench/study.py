@@ -250,7 +250,8 @@ def _runs(f: _Fields, key: str, catalogue: dict[str, RunEntry]) -> tuple[RunEntr
         if labels.count(r.label) > 1:
             f.fail(f"{key}[{i}]", f"{r.label} named twice")
         if r.schedule_from and (r.schedule_from not in labels or labels.index(r.schedule_from) > i):
-            f.fail(f"{key}[{i}]", f"{r.label} runs on {r.schedule_from}'s schedule, so name {r.schedule_from} before it")
+            f.fail(f"{key}[{i}]", f"{r.label} runs on {r.schedule_from}'s schedule, "
+                                  f"so name {r.schedule_from} before it")
     return tuple(runs)
 
 
@@ -316,8 +317,8 @@ def load(path: str | os.PathLike, catalogue: Path = CATALOGUE) -> Study:
     runner = f.get("runner", str, "bench", *_one_of(RUNNERS_KINDS))
     study = {"catalogue": catalogue_runs(catalogue), "presets": catalogue_presets(catalogue)}
     study["models"] = _models(f, "models", study["presets"])
-    study.update(runs=_runs(f, "runs", study["catalogue"]), regime=_regime(file, "regime", f.raw.get("regime"), Regime()),
-                 reps=f.get("reps", int, 3, *ONE))
+    study["runs"] = _runs(f, "runs", study["catalogue"])
+    study.update(regime=_regime(file, "regime", f.raw.get("regime"), Regime()), reps=f.get("reps", int, 3, *ONE))
     raw_parts = f.raw.get("parts")
     if raw_parts is not None and (not isinstance(raw_parts, list) or not raw_parts):
         f.fail("parts", "must be a non-empty list")
