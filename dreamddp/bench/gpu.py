@@ -169,7 +169,6 @@ def main(argv=None) -> int:
     p.add_argument("--cpu", default="results/bench/headline", help="with --reports: the CPU benchmark beside it")
     p.add_argument("--mix", action="store_true", help="with --reports: allow records of different code (listed)")
     p.add_argument("--pack", action="store_true", help=f"write {CARRY} for a lent machine with no package index")
-    p.add_argument("--study", default=str(STUDY), help="the study file whose steps and parts run")
     args = p.parse_args(argv)
     if args.pack:
         return pack()
@@ -179,8 +178,4 @@ def main(argv=None) -> int:
         for path in reports(Path(args.gpu), Path(args.cpu), args.mix):
             print(path)
         return 0
-    study = load(args.study)
-    bad = [x for x in args.steps if x not in study.settings["steps"]]
-    if bad:
-        p.error(f"--steps {bad[0]}: not a step of {args.study}")
-    return measure(study, args.out, args.budget_s, args.steps, args.smoke)
+    return measure(load(STUDY), args.out, args.budget_s, args.steps, args.smoke)

@@ -97,7 +97,6 @@ class Report:
 @dataclass(frozen=True)
 class Study:
     path: str
-    name: str
     about: str
     out: str
     runner: str
@@ -340,10 +339,9 @@ def load(path: str | os.PathLike, catalogue: Path = CATALOGUE) -> Study:
     settings = f.get("settings", dict, {})
     if runner == "gpu":
         _gpu_settings(file, settings, names)
-    return Study(path=file, name=Path(path).stem, about=about,
-                 out=f.get("out", str, os.path.join("outputs", Path(path).stem)), runner=runner, parts=tuple(parts),
-                 reports=reports, claims=claims, interleave_parts=f.get("interleave_parts", bool, False),
-                 settings=settings)
+    return Study(path=file, about=about, out=f.get("out", str, os.path.join("outputs", Path(path).stem)),
+                 runner=runner, parts=tuple(parts), reports=reports, claims=claims,
+                 interleave_parts=f.get("interleave_parts", bool, False), settings=settings)
 
 
 def _gpu_settings(file: str, settings: dict, parts: list[str]) -> None:
