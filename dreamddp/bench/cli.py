@@ -22,7 +22,8 @@ SUBCOMMANDS = {
     "run": ("study_run", "main", "a study file's jobs (models x runs x regime x repetitions), then its reports"),
     "report": ("study_run", "report_main", "a study's reports (or one run folder's) again from its run records"),
     "gpu": ("gpu", "main", "the measurements of a lent GPU (CUDA tests, profiles, every algorithm), or their reports"),
-    "card": ("dreamddp.reports.methods", "main", "the methods the field moved to: time and bytes at one ratio beside quality and the papers' claims"),
+    "card": ("dreamddp.reports.methods", "main",
+             "the methods the field moved to: time and bytes at one ratio beside quality and the papers' claims"),
     "link": ("link", "main", "gloo's all-reduce time under a link backend against the ring formula"),
 }
 
@@ -35,8 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     for name, (_, _, help_) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
-    # the subcommand's own parser takes the rest (its --help included)
-    args, rest = p.parse_known_args(argv[:1])
+    args = p.parse_known_args(argv[:1])[0]  # the subcommand's own parser takes the rest (its --help included)
     module, function, _ = SUBCOMMANDS[args.command]
     module = importlib.import_module(module if "." in module else f"dreamddp.bench.{module}")
     return getattr(module, function)(argv[1:]) or 0

@@ -6,13 +6,10 @@
     dreamddp-bench gpu --smoke --out /tmp/g            # the same steps on the CPU, tiny models
     dreamddp-bench gpu --pack                          # .gpu_carry/pack.tar.xz for a machine with no index
 
-Steps (runners/gpu.yaml's settings.steps), in priority order under one deadline (a step
-that would not finish in time is skipped, and what ran is kept): a pytest file, start-up
-profiles, or parts of the study at a number of repetitions (a later step extends a part's
-repetitions: ``--resume`` keeps the ones made).  Records land as
-``<out>/<device>/<job>/runs/`` (device: h200, h100, ...; cpu for ``--smoke``), the
-layout of results/gpu/, so a call's folder is copied there as it is; then
-``--reports``.  ``<out>/summary.txt`` says what each step did.
+Steps (settings.steps: a pytest file, start-up profiles, or parts at a number of repetitions) run
+in order under one deadline; one that would not finish in time is skipped.  Records land as
+``<out>/<device>/<job>/runs/`` (h200, ...; cpu for ``--smoke``), results/gpu/'s layout;
+``<out>/summary.txt`` says what each step did.
 """
 
 from __future__ import annotations
@@ -47,36 +44,26 @@ class Steps:
         cap = min(cap_s, left)
         if cap < 20:
             return self._note(f"{name}: skipped ({left:.0f}s left)")
-        t0 = time.monotonic()
-        with open(self.out / "logs" / f"{name}.log", "w") as log:
+        t0, log_path = time.monotonic(), self.out / "logs" / f"{name}.log"
+        with open(log_path, "w") as log:
             try:
                 code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=cap).returncode
             except subprocess.TimeoutExpired:
                 code = 124
-        tail = (self.out / "logs" / f"{name}.log").read_text().splitlines()[-4:]
+        tail = log_path.read_text().splitlines()[-4:]
         self._note(f"{name}: exit {code} in {time.monotonic() - t0:.0f}s (cap {cap:.0f}s)", *("    " + t for t in tail))
         return code
 
     def _note(self, *lines: str) -> None:
-        text = "\n".join(lines)
-        print(text, flush=True)
+        print("\n".join(lines), flush=True)
         with open(self.out / "summary.txt", "a") as f:
-            f.write(text + "\n")
+            f.write("\n".join(lines) + "\n")
 
 
 def kind_of(name: str) -> str:
     """A device's folder under results/gpu: its model in lower case (``NVIDIA H100 80GB HBM3``: h100)."""
     found = re.search(r"\b([A-Z]+\d+)\b", name.replace("NVIDIA ", ""))
     return found.group(1).lower() if found else "gpu"
-
-
-def device_kind(smoke: bool) -> str:
-    """This machine's GPU kind (``kind_of``); ``cpu`` for --smoke."""
-    if smoke:
-        return "cpu"
-    import torch
-
-    return kind_of(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
 
 
 def measure(study, out: str, budget_s: float, steps: list[str], smoke: bool) -> int:
@@ -86,53 +73,41 @@ def measure(study, out: str, budget_s: float, steps: list[str], smoke: bool) -> 
     if CARRY.is_file():  # a machine with no package index: what --pack carried
         with tarfile.open(CARRY) as t:
             t.extractall(".", filter="data")
-        sys.path.insert(0, os.path.abspath(".gpu_site"))
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.abspath(".gpu_site"), os.environ.get("PYTHONPATH")]))
+        site = os.path.abspath(".gpu_site")
+        sys.path.insert(0, site)
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")]))
     os.environ.update(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", PYTHONUNBUFFERED="1", WANDB_MODE="disabled",
                       HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
-    kind = device_kind(smoke)
-    where = out / kind
-    step = Steps(out, budget_s)
-    py = sys.executable
-    dev = "cpu" if smoke else "cuda"
-    tiny = ["model.size=tiny"] if smoke else []
-    text = ["data.block_size=32"] if smoke else []
+    if smoke:
+        kind = "cpu"
+    else:
+        import torch
+
+        kind = kind_of(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+    where, step, py = out / kind, Steps(out, budget_s), sys.executable
     # --smoke: the tiny presets and few iterations (dreamddp-bench run --quick), on this host's CPU
     smoke_args = ["--quick", "--set", "cluster.device=cpu"] if smoke else []
-
-    def bench(part: str, reps: int, cap_s: int) -> None:
-        step(f"bench_{part}_r{reps}", cap_s, [py, "-m", "dreamddp.bench.cli", "run", study.path, "--parts", part,
-                                              "--reps", str(reps), "--resume", "--no-report", "--out", str(where),
-                                              *smoke_args])
-
-    def profiles(s: dict) -> None:
-        for m in s["models"]:
-            for prec in s["precisions"]:
-                step(f"profile_{m}_{prec}", s["cap_s"], [
-                    py, "-m", "dreamddp.cli", "algo=dreamddp", f"model={m}", "model.size=paper", *tiny, *text,
-                    f"cluster.device={dev}", "cluster.nproc=1", f"train.iterations={s['iterations']}",
-                    "train.eval_every=0", "train.progress=false", f"train.matmul_precision={prec}",
-                    f"warmup.profile_iterations={s['profile_iterations']}", "wandb.mode=disabled",
-                    f"hydra.run.dir={where / 'profiles' / f'{m}_{prec}'}"])
-
-    settings = study.settings["steps"]
+    tiny = ["model.size=tiny", "data.block_size=32"] if smoke else []
     for name in steps:
-        s = settings[name]
+        s = study.settings["steps"][name]
         if "pytest" in s:
             step("cuda_tests", s["cap_s"], [py, "-m", "pytest", s["pytest"], "-v", "-p", "no:cacheprovider"])
         elif "precisions" in s:
-            profiles(s)
+            for m in s["models"]:
+                for prec in s["precisions"]:
+                    step(f"profile_{m}_{prec}", s["cap_s"], [
+                        py, "-m", "dreamddp.cli", "algo=dreamddp", f"model={m}", "model.size=paper", *tiny,
+                        f"cluster.device={'cpu' if smoke else 'cuda'}", "cluster.nproc=1",
+                        f"train.iterations={s['iterations']}", "train.eval_every=0", "train.progress=false",
+                        f"train.matmul_precision={prec}", f"warmup.profile_iterations={s['profile_iterations']}",
+                        "wandb.mode=disabled", f"hydra.run.dir={where / 'profiles' / f'{m}_{prec}'}"])
         else:
             for part, reps in s["parts"]:
-                bench(part, reps, s["cap_s"])
+                step(f"bench_{part}_r{reps}", s["cap_s"], [
+                    py, "-m", "dreamddp.bench.cli", "run", study.path, "--parts", part, "--reps", str(reps),
+                    "--resume", "--no-report", "--out", str(where), *smoke_args])
     step("reports", 120, [py, "-m", "dreamddp.bench.cli", "gpu", "--reports", "--gpu", str(out)])
     return 0
-
-
-def run_study(study, args) -> int:
-    """``dreamddp-bench run runners/gpu.yaml``: every step of the file under its budget."""
-    steps = list(study.settings["steps"])
-    return measure(study, args.out or study.out, float(study.settings["budget_s"]), steps, args.quick)
 
 
 def reports(gpu: Path, cpu: Path, mix: bool = False) -> list[Path]:
@@ -149,7 +124,7 @@ def reports(gpu: Path, cpu: Path, mix: bool = False) -> list[Path]:
     for device in sorted(p.parent for p in gpu.glob("*/profiles")):
         for model in ("gpt2", "llama2"):
             ours = [f"{label}={d / 'profile'}" for label, prec in (("fp32", "highest"), ("tf32", "high"))
-                    if (d := device / "profiles" / f"{model}_{prec}" ).joinpath("profile").is_dir()]
+                    if (d := device / "profiles" / f"{model}_{prec}").joinpath("profile").is_dir()]
             try:
                 authors = reference_root() / "paper-v1/H100" / model
             except FileNotFoundError:
@@ -194,7 +169,6 @@ def main(argv=None) -> int:
     p.add_argument("--cpu", default="results/bench/headline", help="with --reports: the CPU benchmark beside it")
     p.add_argument("--mix", action="store_true", help="with --reports: allow records of different code (listed)")
     p.add_argument("--pack", action="store_true", help=f"write {CARRY} for a lent machine with no package index")
-    p.add_argument("--study", default=str(STUDY), help="the study file whose steps and parts run")
     args = p.parse_args(argv)
     if args.pack:
         return pack()
@@ -204,8 +178,4 @@ def main(argv=None) -> int:
         for path in reports(Path(args.gpu), Path(args.cpu), args.mix):
             print(path)
         return 0
-    study = load(args.study)
-    bad = [x for x in args.steps if x not in study.settings["steps"]]
-    if bad:
-        p.error(f"--steps {bad[0]}: not a step of {args.study}")
-    return measure(study, args.out, args.budget_s, args.steps, args.smoke)
+    return measure(load(STUDY), args.out, args.budget_s, args.steps, args.smoke)

@@ -1,17 +1,10 @@
 """Our per-layer GPU profiles next to the DreamDDP authors' H100 profiles, and what each gives.
 
-Part of ``dreamddp-bench gpu --reports``: for each ``<gpu>/<device>/profiles/<model>_<precision>/``
-profile, against the authors' profile of the same model on an H100.
-
-Writes ``<out>/profiles_<model>.md`` (and ``.csv``): backward totals, the per-layer
-ratio table (our time / the authors' for every unit both profiles hold, in backward
-order; the authors' parameter-free layers, which our units absorb, in one line), the
-Spearman rank correlation of the per-layer times, and, for every profile at each link
-rate, the DreamDDP schedule (our scheduler with bubble filling, and the authors' DFS)
-and the modelled iteration times at ``--workers`` GPUs (our simulator and the authors'
-formulas).  Every profile's all-reduce times there come from the same bytes (our
-model's, per layer name) over a ring at the link rate, so the profiles differ in
-compute alone: the authors' measured comm.json is for their own cluster.
+Part of ``dreamddp-bench gpu --reports``: writes ``<out>/profiles_<model>.md`` (and csv) with the
+backward totals, the per-layer ratios to the authors' times and their rank correlation, and per link
+rate the DreamDDP schedules (ours with bubble filling, the authors' DFS) and modelled iteration times.
+Every profile's all-reduce times come from our model's bytes over a ring at the link rate, so the
+profiles differ in compute alone (the authors' comm.json is their own cluster's).
 """
 
 from __future__ import annotations
@@ -28,25 +21,21 @@ import numpy as np
 from dreamddp.atomic import write_csv, write_text
 from dreamddp.comm.cost import collective_time
 from dreamddp.prediction import iteration_time_table
+from dreamddp.reports.render import render
 from dreamddp.schedule.authors_model import aligned
 from dreamddp.schedule.dfs import dreamddp as authors_dfs
 from dreamddp.schedule.make import make_schedule
 from dreamddp.schedule.profile import Profile, load_profile
 
+AUTHORS = "authors H100"
+
 
 def spearman(a: list[float], b: list[float]) -> float:
-    """Rank correlation (average ranks for ties)."""
+    """Rank correlation, ties sharing their mean rank."""
     def ranks(x):
         x = np.asarray(x, dtype=float)
-        order = np.argsort(x, kind="mergesort")
-        r = np.empty(len(x))
-        r[order] = np.arange(len(x), dtype=float)
-        for v in np.unique(x):  # ties share their mean rank
-            idx = np.flatnonzero(x == v)
-            r[idx] = r[idx].mean()
-        return r
-    ra, rb = ranks(a), ranks(b)
-    return float(np.corrcoef(ra, rb)[0, 1])
+        return np.array([np.flatnonzero(np.sort(x) == v).mean() for v in x])
+    return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
 
 
 def unstamped_backward(record: Path) -> float | None:
@@ -60,15 +49,15 @@ def unstamped_backward(record: Path) -> float | None:
 
 
 def on_link(profile: Profile, nbytes: dict[str, int], workers: int, gbps: float) -> Profile:
-    """``profile`` with every unit's all-reduce time from its bytes (by name; 0 for a
-    parameter-free layer) over a ring of ``workers`` at ``gbps``."""
+    """``profile`` with every unit's all-reduce time from its bytes (0 for a parameter-free layer)
+    over a ring of ``workers`` at ``gbps``."""
     comm = {u: collective_time("all_reduce", nbytes.get(u, 0), workers, gbps) for u in profile.units}
-    meta = {**profile.meta, "world": workers, "gbps": gbps}
-    return replace(profile, comm=comm, nbytes={u: nbytes.get(u, 0) for u in profile.units}, meta=meta)
+    return replace(profile, comm=comm, nbytes={u: nbytes.get(u, 0) for u in profile.units},
+                   meta={**profile.meta, "world": workers, "gbps": gbps})
 
 
 def per_iteration(schedule: dict[str, list[int]], H: int, nbytes: dict[str, int]) -> str:
-    """Units and MiB synced in each iteration of the window: '[n0 .. n9] / [MiB ...]'."""
+    """Units and MiB synced in each iteration of the window."""
     counts, mib = [0] * H, [0.0] * H
     for u, its in schedule.items():
         for t in its:
@@ -78,26 +67,16 @@ def per_iteration(schedule: dict[str, list[int]], H: int, nbytes: dict[str, int]
 
 
 def compare(model: str, ours: dict[str, Profile], authors: Profile, H: int, workers: int, gbps: list[float]):
+    """The report's text, its per-layer rows and its modelled iteration times."""
     first = next(iter(ours.values()))
-    nbytes = first.nbytes
+    nbytes, every = first.nbytes, {**ours, AUTHORS: authors}
     common = [u for u in first.units if u in authors.bp]
     param_free = [u for u in authors.units if u not in first.bp]
-    lines = [f"# {model}: our GPU profiles next to the authors' H100 profile", ""]
-    lines += ["| profile | units | backward ms | forward ms | step ms | backward / authors' | backward ms, loop iterations "
-              "without stamps |", "|---|---|---|---|---|---|---|"]
     a_total = sum(authors.bp.values())
-    for label, p in [*ours.items(), ("authors H100", authors)]:
-        b, f = sum(p.bp.values()), sum(p.fwd.values())
-        loop = p.meta.get("unstamped_backward")
-        lines.append(f"| {label} | {len(p.units)} | {b * 1e3:.2f} | {f * 1e3:.2f} | {p.step_time * 1e3:.2f} | "
-                     f"{b / a_total:.2f} | {'' if loop is None else f'{loop * 1e3:.2f}'} |")
-    lines += ["", "*backward ms* is the profile's: the median start-up pass, with the gradient readiness of every unit "
-              "stamped. *loop iterations without stamps*: the median backward of the same run's training iterations "
-              "that stamp nothing (run.json beside the profile): the two agree when stamping costs the device "
-              "nothing (before dreamddp.clock.Stamps took CUDA events, a synchronisation at every stamp "
-              "stretched the pass). *step ms*: the profile's step_time: the optimizer step alone in a profile "
-              "without optimizer_time (made before the profiler kept it), else the whole pass less its forward "
-              "and backward."]
+    profiles = [{"label": label, "units": len(p.units), "backward_ms": sum(p.bp.values()) * 1e3,
+                 "forward_ms": sum(p.fwd.values()) * 1e3, "step_ms": p.step_time * 1e3,
+                 "to_authors": sum(p.bp.values()) / a_total, "loop_ms": p.meta.get("unstamped_backward")
+                 and p.meta["unstamped_backward"] * 1e3} for label, p in every.items()]
     rows = []
     for u in common:
         row = {"unit": u, "authors_ms": authors.bp[u] * 1e3, "mib": nbytes.get(u, 0) / 2**20}
@@ -105,45 +84,26 @@ def compare(model: str, ours: dict[str, Profile], authors: Profile, H: int, work
             row[f"{label}_ms"] = p.bp[u] * 1e3
             row[f"{label}_ratio"] = p.bp[u] / authors.bp[u] if authors.bp[u] > 0 else float("nan")
         rows.append(row)
-    lines += ["", f"Rank correlation (Spearman) of per-layer backward time over the {len(common)} layers both "
-              "hold: " + ", ".join(f"{label} {spearman([p.bp[u] for u in common], [authors.bp[u] for u in common]):.3f}"
-                                   for label, p in ours.items()) + ".",
-              f"The authors' {len(param_free)} parameter-free layers (dropout, activations, ...) hold "
-              f"{sum(authors.bp[u] for u in param_free) * 1e3:.2f} ms of their backward; our units' times absorb "
-              "theirs (a unit's time runs from the previous unit's gradient to its own)."]
-    lines += ["", "| layer (backward order) | MiB | authors ms | " + " | ".join(f"{l} ms | {l} / authors" for l in ours)
-              + " |", "|---" * (3 + 2 * len(ours)) + "|"]
-    for r in rows:
-        cells = " | ".join(f"{r[f'{l}_ms']:.3f} | {r[f'{l}_ratio']:.2f}" for l in ours)
-        lines.append(f"| {r['unit']} | {r['mib']:.2f} | {r['authors_ms']:.3f} | {cells} |")
-    lines += ["", f"## Schedules and modelled iteration times, {workers} GPUs, H={H}", "",
-              "All-reduce times from our model's bytes per layer over a ring at the link rate (no latency term). "
-              "Schedules: which units sync in each iteration of the window, ours (DreamDDP's scheduler with "
-              "bubble filling) and the authors' DFS (no filling).", ""]
-    table = []
+    schedules, table = [], []
     for g in gbps:
-        for label, p in [*ours.items(), ("authors H100", authors)]:
+        for label, p in every.items():
             lp = on_link(p, nbytes, workers, g)
-            ours_sched = make_schedule(lp, H, "dreamddp", bubble=True)
-            dfs_sched = authors_dfs(aligned(lp), H)
-            lines.append(f"- {g:g} Gbit/s, {label}: ours {per_iteration(ours_sched, H, nbytes)}; "
-                         f"authors' DFS {per_iteration(dfs_sched, H, nbytes)}")
-            for m in ("simulator", "authors"):
-                for r in iteration_time_table(lp, H, m):
-                    table.append({"model": model, "profile": label, "gbps": g, "workers": workers, "cost_model": m,
-                                  "algorithm": r["algorithm"], "iteration_s": r["iteration_s"]})
+            schedules.append((g, label, per_iteration(make_schedule(lp, H, "dreamddp", bubble=True), H, nbytes),
+                              per_iteration(authors_dfs(aligned(lp), H), H, nbytes)))
+            table += [{"model": model, "profile": label, "gbps": g, "workers": workers, "cost_model": m,
+                       "algorithm": r["algorithm"], "iteration_s": r["iteration_s"]}
+                      for m in ("simulator", "authors") for r in iteration_time_table(lp, H, m)]
     algos = list(dict.fromkeys(r["algorithm"] for r in table if r["cost_model"] == "authors"))
-    lines += ["", "| Gbit/s | profile | cost model | " + " | ".join(algos) + " | FLSGD / DreamDDP |",
-              "|---" * (4 + len(algos)) + "|"]
     keyed = {(r["gbps"], r["profile"], r["cost_model"], r["algorithm"]): r["iteration_s"] for r in table}
-    for g in gbps:
-        for label in [*ours, "authors H100"]:
-            for m in ("simulator", "authors"):
-                cells = [keyed.get((g, label, m, a)) for a in algos]
-                ratio = keyed.get((g, label, m, "flsgd"), 0) / keyed.get((g, label, m, "dreamddp"), float("inf"))
-                lines.append(f"| {g:g} | {label} | {m} | " + " | ".join("" if c is None else f"{c:.4f}" for c in cells)
-                             + f" | {ratio:.2f} |")
-    return lines, rows, table
+    modelled = [(g, label, m, [keyed.get((g, label, m, a)) for a in algos],
+                 keyed.get((g, label, m, "flsgd"), 0) / keyed.get((g, label, m, "dreamddp"), float("inf")))
+                for g in gbps for label in every for m in ("simulator", "authors")]
+    text = render("profiles.md.j2", model=model, profiles=profiles, ours=list(ours), rows=rows,
+                  spearman=[(label, spearman([p.bp[u] for u in common], [authors.bp[u] for u in common]))
+                            for label, p in ours.items()],
+                  param_free=len(param_free), param_free_ms=sum(authors.bp[u] for u in param_free) * 1e3,
+                  workers=workers, H=H, schedules=schedules, algos=algos, modelled=modelled)
+    return text, rows, table
 
 
 def main(argv=None) -> int:
@@ -170,12 +130,12 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as e:
         print(f"gpu_profiles: {e}", file=sys.stderr)
         return 2
-    lines, rows, table = compare(args.model, ours, authors, args.H, args.workers, args.gbps)
+    text, rows, table = compare(args.model, ours, authors, args.H, args.workers, args.gbps)
     out = Path(args.out)
-    write_text(out / f"profiles_{args.model}.md", "\n".join(lines) + "\n")
+    write_text(out / f"profiles_{args.model}.md", text)
     write_csv(out / f"profiles_{args.model}_layers.csv", rows)
     write_csv(out / f"profiles_{args.model}_modelled.csv", table)
-    print("\n".join(lines[:8]))
+    print("\n".join(text.split("\n")[:8]))
     return 0
 
 

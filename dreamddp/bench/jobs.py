@@ -1,13 +1,7 @@
-"""A benchmark job: one repetition of one model in one part of a study (dreamddp/bench/study.py).
+"""A benchmark job: one repetition of one model in one part of a study, ``dreamddp.bench.worker`` under torchrun.
 
-The job (``dreamddp.bench.worker`` under torchrun, the part's ``nproc`` workers, one per core)
-runs a calibration run, then every run of the part in one process group, interleaved one
-H-window at a time (``chunk``), in an order rotated by one per repetition and per round.  The
-timed runs share one emulated link whose all-reduce of all parameters takes ``ratio`` x the
-calibrated steady backward pass; the engine-overhead runs go on the ideal link.  Repetition 0
-also measures peak tensor memory per algorithm where the regime keeps ``memory``.  A job's
-spec (``spec.json``: its command lines, and a digest of the code that runs it) is what
-``--resume`` compares: a folder made by another spec or other code is run again.
+Its spec (``spec.json``: the runs' command lines and a digest of the code) is what ``--resume``
+compares: a folder made by another spec or other code is run again.
 """
 
 from __future__ import annotations
@@ -20,7 +14,6 @@ import sys
 import time
 
 from dreamddp.atomic import write_json
-from dreamddp.bench.segments import calibration_overrides, segment_overrides
 from dreamddp.bench.study import DEFAULT_ITERATIONS, ModelEntry, Part
 from dreamddp.provenance import source_digest
 
@@ -35,8 +28,6 @@ def rotated(segs: list[dict], r: int) -> list[dict]:
             blocks.append([s])
     k = r % len(blocks)
     return [s for b in blocks[k:] + blocks[:k] for s in b]
-
-
 
 
 def job_spec(part: Part, model: ModelEntry, rep: int, out: str) -> dict:
@@ -60,8 +51,8 @@ def job_spec(part: Part, model: ModelEntry, rep: int, out: str) -> dict:
 
 
 def spec_differs(made: dict, want: dict) -> str | None:
-    """Why a job made with spec ``made`` is not the job of ``want`` (None: it is).  A job that
-    also ran the memory segments serves a spec without them."""
+    """Why a job made with spec ``made`` is not the job of ``want`` (None: it is); one that also
+    ran the memory runs serves a spec without them."""
     want = json.loads(json.dumps(want))
     if made.get("source") != want.get("source"):
         return f"made by other code (source digest {made.get('source')}, now {want.get('source')})"
@@ -71,17 +62,19 @@ def spec_differs(made: dict, want: dict) -> str | None:
     return f"spec differs in {', '.join(keys)}" if keys else None
 
 
+def _read(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
 def job_state(spec: dict) -> str | None:
-    """None where ``spec``'s job already ran to the end in its folder: the same spec and code,
-    and every segment's record (and, in the memory repetition, every memory record) completed;
-    else why it must run."""
+    """None where ``spec``'s job ran to the end in its folder (the same spec and code, every record
+    completed, the memory ones too where it has them); else why it must run."""
     out = spec["out"]
     try:
-        with open(os.path.join(out, "spec.json")) as f:
-            made = json.load(f)
+        why = spec_differs(_read(os.path.join(out, "spec.json")), spec)
     except (OSError, ValueError):
         return "not run before" if not os.path.isdir(out) else "no spec.json"
-    why = spec_differs(made, spec)
     if why:
         return why
     labels = [s["label"] for s in spec["segments"]]
@@ -89,9 +82,8 @@ def job_state(spec: dict) -> str | None:
         labels += [s["label"] + "@memory" for s in spec["segments"] if s.get("memory", True)]
     for label in labels:
         try:
-            with open(os.path.join(out, label, "run.json")) as f:
-                if json.load(f).get("status") != "completed":
-                    return f"{label} did not complete"
+            if _read(os.path.join(out, label, "run.json")).get("status") != "completed":
+                return f"{label} did not complete"
         except (OSError, ValueError):
             return f"{label} has no record"
     return None
@@ -101,22 +93,25 @@ def job_done(spec: dict) -> bool:
     return job_state(spec) is None
 
 
-def job(spec: dict, nproc: int, rep: int, port: int = 29400) -> float:
-    out = spec["out"]
-    if os.path.isdir(out):  # another job's records (another spec, or cut short) must not mix into this one's
+def launch(out: str, spec: dict, cmd: list[str]) -> int:
+    """``cmd`` run in the emptied folder ``out`` (another job's records must not mix in), beside its spec
+    (spec.json) and its log (job.log); its exit status."""
+    if os.path.isdir(out):
         shutil.rmtree(out)
     os.makedirs(out)
     write_json(os.path.join(out, "spec.json"), spec)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
-           "--master-addr", "127.0.0.1", "--master-port", str(port + rep),
-           "-m", "dreamddp.bench.worker", os.path.join(out, "spec.json")]
-    t0 = time.perf_counter()
     with open(os.path.join(out, "job.log"), "w") as log:
-        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+
+
+def job(spec: dict, nproc: int, rep: int, port: int = 29400) -> float:
+    """Run the job of ``spec``; its seconds."""
+    out, t0 = spec["out"], time.perf_counter()
+    code = launch(out, spec, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node",
+                              str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(port + rep),
+                              "-m", "dreamddp.bench.worker", os.path.join(out, "spec.json")])
     if code != 0:
         raise SystemExit(f"bench: repetition {rep} failed (exit {code}); see {out}/job.log")
     return time.perf_counter() - t0
-
-

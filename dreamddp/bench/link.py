@@ -7,11 +7,9 @@
     dreamddp-bench link --backend tc --gbps 0.05 --workers 2 --kind reduce_scatter   # DeAR's collectives
     dreamddp-bench link --backend tc --gbps 0.05 --workers 2 --kind reduce_scatter --native  # gloo's own
 
-Prints, per payload size: the mean measured time (slowest rank), the ring
-formula ``collective_time("all_reduce", ...)`` at the slowest link with
-calibration 1, their ratio, and a suggested ``bandwidth.calibration``: the
-median ratio over the larger half of the sizes, where fixed costs no longer
-dominate and what is left is per-byte overhead (TCP/IP headers, gloo framing).
+Prints per payload size the mean measured time (slowest rank), the ring formula at the slowest link,
+their ratio, and a suggested ``bandwidth.calibration``: the median ratio over the larger half of the
+sizes, where fixed costs no longer dominate and per-byte overhead (TCP/IP, gloo framing) is left.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ import sys
 import tempfile
 import time
 
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="dreamddp-bench link", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", choices=["tc", "emulated", "ideal"], required=True)
@@ -33,7 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=None, help="default: 4, or the number of --gbps values")
     p.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 4, 16, 64])
     p.add_argument("--kind", default="all_reduce", choices=["all_reduce", "reduce_scatter", "all_gather"],
-                   help="the collective timed; sizes are its whole tensor (a reduce-scatter's input, an all-gather's output)")
+                   help="the collective timed; sizes are its whole tensor "
+                        "(a reduce-scatter's input, an all-gather's output)")
     p.add_argument("--native", action="store_true",
                    help="tc/ideal, reduce_scatter/all_gather: time gloo's own (reduce_scatter_tensor, "
                         "all_gather_into_tensor) instead of the engine's (all-to-alls on gloo, comm/communicator.py)")
@@ -63,35 +63,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def worker(a: argparse.Namespace) -> None:
-    """One rank: time each size `reps` times after a warm-up; rank 0 writes."""
+    """One rank: time each size ``reps`` times after a warm-up; rank 0 writes."""
     import torch
     import torch.distributed as dist
 
+    from dreamddp.comm.communicator import Communicator
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     shard = lambda t: torch.ones(t.numel() // world, dtype=t.dtype)  # noqa: E731  (one rank's share)
-    if a.backend == "emulated":
-        from dreamddp.comm.communicator import Communicator
+    if a.native and a.backend != "emulated":  # the backend's own, unpaced: what crosses the shaped wire
+        kinds = {"all_reduce": dist.all_reduce, "reduce_scatter": lambda t: dist.reduce_scatter_tensor(shard(t), t),
+                 "all_gather": lambda t: dist.all_gather_into_tensor(t, shard(t))}
+    else:  # the engine's, paced on the emulated link; on gloo its reduce-scatter and all-gather are all-to-alls
         from dreamddp.comm.links.emulated import EmulatedLink
 
-        comm = Communicator(group=None, link=EmulatedLink(a.rates[0], a.latency_ms, a.calibration, alpha_s=0.0))
-        kinds = {"all_reduce": lambda t: comm.all_reduce_avg(t).wait(),
+        emulated = a.backend == "emulated"
+        comm = Communicator(group=None, link=EmulatedLink(a.rates[0], a.latency_ms, a.calibration, alpha_s=0.0)
+                            if emulated else None)
+        kinds = {"all_reduce": (lambda t: comm.all_reduce_avg(t).wait()) if emulated else dist.all_reduce,
                  "reduce_scatter": lambda t: comm.reduce_scatter_avg(t, shard(t)).wait(),
                  "all_gather": lambda t: comm.all_gather(t, shard(t)).wait()}
-    elif a.native:  # the backend's own, unpaced: what crosses the shaped wire
-        kinds = {"all_reduce": dist.all_reduce,
-                 "reduce_scatter": lambda t: dist.reduce_scatter_tensor(shard(t), t),
-                 "all_gather": lambda t: dist.all_gather_into_tensor(t, shard(t))}
-    else:  # the engine's, unpaced (an ideal link): on gloo its reduce-scatter and all-gather are all-to-alls
-        from dreamddp.comm.communicator import Communicator
-
-        comm = Communicator(group=None)
-        kinds = {"all_reduce": dist.all_reduce,
-                 "reduce_scatter": lambda t: comm.reduce_scatter_avg(t, shard(t)).wait(),
-                 "all_gather": lambda t: comm.all_gather(t, shard(t)).wait()}
-    reduce = kinds[a.kind]
-    rows = []
+    reduce, rows = kinds[a.kind], []
     for mb in a.sizes_mb:
         flat = torch.ones(max(1, int(mb * 1e6) // 4 // world * world), dtype=torch.float32)
         times = []
@@ -106,44 +100,32 @@ def worker(a: argparse.Namespace) -> None:
             if rep:  # rep 0 warms up connections and buffers
                 times.append(dt.item())
         rows.append({"nbytes": flat.numel() * 4, "times": times})
-    if rank == 0:
+    if dist.get_rank() == 0:
         with open(a.worker_out, "w") as f:
             json.dump({"world": world, "rows": rows}, f)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch_local(a: argparse.Namespace, argv_for_rank) -> int:
     """emulated/ideal: plain processes on 127.0.0.1 with torchrun's variables."""
-    port = _free_port()
-    procs = []
-    for rank in range(a.workers):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(a.workers), "LOCAL_RANK": str(rank),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        procs.append(subprocess.Popen(argv_for_rank(rank), env=env))
-    codes = [p.wait() for p in procs]
-    return next((c for c in codes if c), 0)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen(argv_for_rank(rank), env={
+        **os.environ, "RANK": str(rank), "WORLD_SIZE": str(a.workers), "LOCAL_RANK": str(rank),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}) for rank in range(a.workers)]
+    return next((c for c in [p.wait() for p in procs] if c), 0)
 
 
-def measure(a: argparse.Namespace) -> list[dict]:
-    """Run the workers under the chosen backend; rows with time/formula/ratio."""
+def measure(a: argparse.Namespace, argv: list[str]) -> list[dict]:
+    """Run the workers (``argv``: this command's) under the chosen backend; rows with time/formula/ratio."""
     from dreamddp.comm.cost import collective_time
 
     with tempfile.TemporaryDirectory(prefix="linkcheck") as tmp:
         out = os.path.join(tmp, "rows.json")
-        fwd = ["--backend", a.backend, "--workers", str(a.workers), "--reps", str(a.reps), "--kind", a.kind,
-               "--latency-ms", str(a.latency_ms), "--calibration", str(a.calibration),
-               "--sizes-mb", *map(str, a.sizes_mb), "--worker-out", out, "--gap-ms", str(a.gap_ms)]
-        fwd += ["--native"] if a.native else []
-        if a.rates:
-            fwd += ["--gbps", ",".join(map(str, a.rates))] if a.backend == "tc" else ["--gbps", str(a.rates[0])]
-        argv_for_rank = lambda rank: [sys.executable, "-m", "dreamddp.bench.link", *fwd]  # noqa: E731
+        argv_for_rank = lambda rank: [sys.executable, "-m", "dreamddp.bench.link", *argv,  # noqa: E731
+                                      "--worker-out", out]
         if a.backend == "tc":
             from dreamddp.netshape import ShapedNetwork, check_tc_available, launch_shaped
 
@@ -163,25 +145,19 @@ def measure(a: argparse.Namespace) -> list[dict]:
         formula = (collective_time(a.kind, r["nbytes"], a.workers, min(a.rates), a.latency_ms / 1e3)
                    if a.rates else None)
         rows.append({"nbytes": r["nbytes"], "mean_s": mean, "median_s": statistics.median(r["times"]),
-                     "times": r["times"],
-                     "formula_s": formula, "ratio": mean / formula if formula else None})
+                     "times": r["times"], "formula_s": formula, "ratio": mean / formula if formula else None})
     return rows
 
 
-def suggested_calibration(rows: list[dict]) -> float | None:
-    ratios = [r["ratio"] for r in sorted(rows, key=lambda r: r["nbytes"]) if r["ratio"]]
-    big = ratios[len(ratios) // 2:]
-    return statistics.median(big) if big else None
-
-
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     a = parse_args(argv)
     if a.worker_out:
         worker(a)
         from dreamddp.run.dist_env import exit_worker
 
         exit_worker(0)  # a gloo worker: no interpreter finalization (see exit_worker)
-    rows = measure(a)
+    rows = measure(a, argv)
     path = "" if a.kind == "all_reduce" or a.backend == "emulated" else f" path={'native' if a.native else 'engine'}"
     print(f"backend={a.backend} kind={a.kind}{path} workers={a.workers} gbps={a.rates or '-'} reps={a.reps}")
     print(f"{'size_MB':>9} {'measured_s':>11} {'formula_s':>10} {'ratio':>7}")
@@ -189,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         f = f"{r['formula_s']:10.4f}" if r["formula_s"] else f"{'-':>10}"
         q = f"{r['ratio']:7.3f}" if r["ratio"] else f"{'-':>7}"
         print(f"{r['nbytes'] / 1e6:9.2f} {r['mean_s']:11.4f} {f} {q}")
-    cal = suggested_calibration(rows)
+    # the median ratio over the larger half of the sizes
+    big = [r["ratio"] for r in sorted(rows, key=lambda r: r["nbytes"]) if r["ratio"]]
+    cal = statistics.median(big[len(big) // 2:]) if big else None
     if cal is not None:
         print(f"suggested bandwidth.calibration={cal:.3f}  (median ratio over the larger sizes)")
     if a.json:

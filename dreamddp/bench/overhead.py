@@ -1,9 +1,5 @@
-"""The engine's overhead on the ideal link, from one job's run records ({rep: {segment: record}}).
-
-Ratios and differences are taken inside each repetition (one job, the same processes) before
-their median: S-SGD and ASC-WFBP against torch DDP, nosync (the engine with nothing to sync)
-against plain (no engine), and where nosync's time differs from plain's, phase by phase.
-"""
+"""The engine's overhead on the ideal link, from one job's run records ({rep: {segment: record}}): each
+ratio or difference taken inside a repetition (the same processes) before the median over them."""
 
 from __future__ import annotations
 
@@ -26,9 +22,8 @@ def overhead_key(a: str, b: str) -> str:
 
 
 def engine_overhead(reps: dict) -> dict:
-    """{"ssgd / ddp": median (spread), ...}: each OVERHEAD ratio over one job's repetitions,
-    taken inside each repetition; an opt-in pair the job did not run is left out, one it should
-    have run is None."""
+    """{"ssgd / ddp": median (spread), ...}; an opt-in pair the job did not run is left out, one it
+    should have run is None."""
     ran = {label for s in reps.values() for label in s}
     return {overhead_key(a, b): median_spread([bp.mean_iteration(s[a]) / bp.mean_iteration(s[b])
                                                for s in reps.values() if a in s and b in s])
@@ -42,10 +37,8 @@ def _phase_ms(rec: dict) -> tuple[float, float, float]:
 
 
 def phase_overhead(reps: dict, a: str = "nosync@ideal", b: str = "plain@ideal") -> dict:
-    """{phase: median (spread)} of ``a``'s mean time in each phase less ``b``'s, in ms, inside each
-    repetition: where the engine's overhead lies (nosync's hooks run in backward, its flat zeroing
-    and accounting in the rest, nothing of it in forward, so forward shows the phases' own noise).
-    Empty when the job did not run both."""
+    """{phase: median (spread)} of ``a``'s mean ms in each phase less ``b``'s: where the engine's
+    overhead lies (forward, where nosync adds nothing, shows the noise); empty when the job lacks one."""
     pairs = [(_phase_ms(s[a]), _phase_ms(s[b])) for s in reps.values() if a in s and b in s]
     return {phase: median_spread([x[i] - y[i] for x, y in pairs]) for i, phase in enumerate(PHASES)} if pairs else {}
 

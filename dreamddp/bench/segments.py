@@ -1,7 +1,5 @@
-"""The runs of a benchmark job ("segments"), their labels read once from runners/catalogue/runs.yaml:
-dreamddp/bench/jobs.py runs them, the reports read their records by these labels.  A segment is one
-algorithm's run in the job (its overrides and link); the timed ones share the emulated link, the
-engine-overhead ones run on the ideal link, and an opt-in one is not among the default algorithms."""
+"""A benchmark job's runs ("segments"), by their labels in runners/catalogue/runs.yaml: jobs.py runs them,
+the reports read their records by these labels."""
 
 from __future__ import annotations
 
@@ -11,33 +9,28 @@ import statistics
 from dreamddp.bench.study import catalogue_runs
 
 _ALL = catalogue_runs()  # label -> RunEntry, in the catalogue's order
-TIMED = [label for label, r in _ALL.items() if r.link == "emulated"]
-IDEAL = [label for label, r in _ALL.items() if r.link == "ideal"]
-OPT_IN = {label for label, r in _ALL.items() if r.opt_in}
-SCHEDULE_FROM = {label: r.schedule_from for label, r in _ALL.items() if r.schedule_from}  # runs on that one's schedule
+TIMED = [label for label, r in _ALL.items() if r.link == "emulated"]  # they share the emulated link
+IDEAL = [label for label, r in _ALL.items() if r.link == "ideal"]  # the engine-overhead runs
+OPT_IN = {label for label, r in _ALL.items() if r.opt_in}  # not among the default algorithms
 # the run an opt-in segment varies: named where its label does not say it (``base+variant``)
 VARIES = {label: r.varies or label.rsplit("+", 1)[0] for label, r in _ALL.items()}
 # DDP's bucket cap in ddp+1bucket@ideal, above any model's size: one bucket
 ONE_BUCKET_MB = int(next(o for o in _ALL["ddp+1bucket@ideal"].overrides
                          if o.startswith("algo.bucket_cap_mb=")).split("=", 1)[1])
-
-
-# Every worker at full speed: the link's rate (and flsgd_timed's window) is a property of the
-# link and the model, the same whatever --set slows the workers of the timed runs
+# every worker at full speed: the link's rate (and a timed window) belongs to the link and the
+# model, whatever --set slows the workers of the timed runs
 FULL_SPEED = ["cluster.worker_speed=null", "cluster.slow_spell.p=0"]
 
 
 def steady(rows: list[dict], field: str) -> float:
-    """The median ``field`` (backward, time) of a calibration run's rows over their middle half:
-    the first passes warm up, and in the last ones the other ranks, which nothing keeps in step
-    with rank 0 there, have finished and left it a core of its own."""
+    """The median ``field`` of a calibration run's rows over their middle half: the first passes warm
+    up, and in the last ones the other ranks have finished and left rank 0 a core of its own."""
     n = len(rows)
     return statistics.median(r[field] for r in rows[n // 4: max(n // 4 + 1, 3 * n // 4)])
 
 
 def calibration_overrides(spec: dict) -> list[str]:
-    """The job's calibration run: nosync on the ideal link, every worker at full speed, whose
-    backward fixes the emulated rate."""
+    """The job's calibration run, whose backward fixes the emulated rate: nosync, ideal link, full speed."""
     return spec["base"] + ["algo=nosync", "bandwidth=ideal", *FULL_SPEED,
                            f"train.iterations={spec['calibration_iterations']}"]
 
@@ -51,12 +44,11 @@ def _window_s(spec: dict, seg: dict, calibration: dict) -> list[str]:
     return [f"algo.window_s={seg['window'] * H * calibration['iteration_s']:.6g}"]
 
 
-def segment_overrides(spec: dict, seg: dict, calibration: dict, memory: bool = False, schedule: bool = True) -> list[str]:
-    """A segment's whole command line in the job of ``spec`` (dreamddp/bench/jobs.py's job_spec): the base,
-    its own overrides, its link (the emulated one at the calibrated ``calibration["gbps"]``), a timed
-    window from the calibration's full-speed ``iteration_s``, the schedule it runs on
-    (``schedule_from``: that segment's, written by its run, so ``schedule=False`` before the job),
-    and its iterations (a memory segment's fewer)."""
+def segment_overrides(spec: dict, seg: dict, calibration: dict, memory: bool = False,
+                      schedule: bool = True) -> list[str]:
+    """A segment's whole command line in the job of ``spec``: the base, its own overrides, a timed
+    window, its link (the emulated one at the calibrated rate), the schedule it runs on
+    (``schedule_from``'s, written by that run: ``schedule=False`` before the job) and its iterations."""
     gbps = calibration["gbps"]
     link = ["bandwidth=ideal"] if seg["link"] == "ideal" else ["bandwidth=1gbit", f"bandwidth.gbps={gbps}"]
     if seg["link"] != "ideal" and spec.get("latency_ms"):

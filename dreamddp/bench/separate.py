@@ -1,34 +1,18 @@
-"""A study part on the tc link (``regime: {link: tc}``): every algorithm as its own job on real shaped links, beside
-its emulated twin at the same rate.
+"""A study part on the tc link: every run its own ``dreamddp-run`` job on real shaped links, beside its emulated twin.
 
-Per model: a calibration fixes the rate once, then every repetition runs each segment as its
-own ``dreamddp-run`` job, first under the kernel's tbf shaping (``bandwidth.backend=tc``: one
-network namespace per worker, gloo moving the bytes while the workers compute, no virtual
-clock and no deferral), then on the emulated link at the same rate; the segments in an order
-rotated by one per repetition (A B C, B C A, ...).  The compute-only runs (nosync, plain) run
-once per repetition on the ideal link and serve both trees.
-
-The rate: the nosync calibration run's steady backward gives the rate at which an all-reduce
-of every parameter would take the part's ``ratio`` x backward under the ring model; a short S-SGD run
-on the shaped link then measures its exposed wait over its backward there, and the rate is
-scaled so that this ratio is the part's ``ratio`` on the real link (its wait goes as 1 / rate).
-
-Records: ``<out>/tc/runs/`` and ``<out>/emulated/runs/``, each laid out as an interleaved
-job's (``runs/<model>/rep<k>/<segment>/run.json``), so ``dreamddp-bench report`` reads either;
-``<out>/README.md`` (tc_report.py) sets them side by side.
-
-Provenance: every run folder (and each model's calibration folder) keeps the spec that made it
-(``spec.json``: its command line, or the calibration's job spec, and the code's digest), so
-``--resume`` keeps only a folder made by the same spec and code and runs the rest again, saying
-which and why; a run's folder is emptied before it runs, so records never mix.
+Per model a calibration fixes the rate once: the nosync run's steady backward gives the ring model's
+rate for the part's ``ratio``; a short S-SGD run on the shaped link measures its real wait / backward,
+and the rate is scaled so that this is the part's ``ratio`` (the wait goes as 1 / rate).  Then every
+repetition runs each run under tbf shaping, then on the emulated link at the same rate; the
+compute-only runs once, on the ideal link, serving both trees.  Records: ``<out>/tc/runs/`` and
+``<out>/emulated/runs/``, laid out as an interleaved job's.  Every run folder keeps the spec that made
+it (spec.json), so ``--resume`` keeps only a folder of the same spec and code.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,26 +26,17 @@ LINKS = ("tc", "emulated")
 
 
 def run_job(run_dir: Path, overrides: list[str]) -> dict:
-    """One ``dreamddp-run`` job into ``run_dir`` (its output kept there as job.log, its spec as
-    spec.json); its record."""
-    if run_dir.exists():  # a job cut short, or another spec's, must not leave its records behind
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    write_json(run_dir / "spec.json", run_spec(overrides))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "dreamddp.cli", *overrides, "train.progress=false", f"hydra.run.dir={run_dir}",
-           "hydra.output_subdir=null", "hydra.job_logging.handlers.file.filename=/dev/null"]  # run.json has the config; job.log the log
-    with open(run_dir / "job.log", "w") as log:
-        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    """One ``dreamddp-run`` job into ``run_dir`` (jobs.launch); its record."""
+    code = jobs.launch(str(run_dir), run_spec(overrides), [
+        sys.executable, "-m", "dreamddp.cli", *overrides, "train.progress=false", f"hydra.run.dir={run_dir}",
+        "hydra.output_subdir=null", "hydra.job_logging.handlers.file.filename=/dev/null"])  # run.json has the config
     if code != 0:
         raise SystemExit(f"bench: {run_dir} failed (exit {code}); see {run_dir}/job.log")
     return json.loads((run_dir / "run.json").read_text())
 
 
 def link_overrides(link: str, gbps: float) -> list[str]:
-    preset = "tc_1gbit" if link == "tc" else "1gbit"
-    return [f"bandwidth={preset}", f"bandwidth.gbps={gbps}"]
+    return [f"bandwidth={'tc_1gbit' if link == 'tc' else '1gbit'}", f"bandwidth.gbps={gbps}"]
 
 
 def calibrate(spec: dict, folder: Path, ratio: float) -> dict:
@@ -69,45 +44,40 @@ def calibrate(spec: dict, folder: Path, ratio: float) -> dict:
     base = run_job(folder / "calibration", calibration_overrides(spec))
     backward = steady(base["iterations"], "backward")
     nbytes = 4 * sum(u["numel"] for u in base["extra"]["units"])
-    world = base["extra"]["world_size"]
-    first = ring_factor("all_reduce", world) * nbytes * 8 / (ratio * backward) / 1e9
-    probe = run_job(folder / "calibration_ssgd",
-                    spec["base"] + ["algo=ssgd", *link_overrides("tc", first),
-                                    f"train.iterations={spec['calibration_iterations']}"])
+    first = ring_factor("all_reduce", base["extra"]["world_size"]) * nbytes * 8 / (ratio * backward) / 1e9
+    probe = run_job(folder / "calibration_ssgd", spec["base"] + ["algo=ssgd", *link_overrides("tc", first),
+                                                                 f"train.iterations={spec['calibration_iterations']}"])
     measured = probe["summary"]["mean_wait"] / probe["summary"]["mean_backward"]
     return {"backward_s": backward, "iteration_s": steady(base["iterations"], "time"), "model_bytes": nbytes,
-            "ratio": ratio, "ring_gbps": first,
-            "ssgd_ratio_at_ring_gbps": measured, "gbps": first * measured / ratio}
+            "ratio": ratio, "ring_gbps": first, "ssgd_ratio_at_ring_gbps": measured, "gbps": first * measured / ratio}
 
 
 def run_spec(overrides: list[str]) -> dict:
     return {"overrides": list(overrides), "source": jobs.source_digest()}
 
 
-def run_state(folder: Path, want: dict) -> str | None:
-    """None where ``folder`` holds a completed run made by spec ``want``; else why it must run."""
+def _state(folder: Path, want: dict, done: str, old: str) -> str | None:
+    """None where ``folder`` was made by spec ``want`` and holds its ``done`` file; else why it must run."""
+    if not folder.exists() or done == "calibration.json" and not (folder / done).is_file():
+        return "not run before"
     try:
-        made = json.loads((folder / "spec.json").read_text())
+        why = jobs.spec_differs(json.loads((folder / "spec.json").read_text()), want)
     except (OSError, ValueError):
-        return "not run before" if not folder.exists() else "no spec.json (made before runs kept theirs)"
-    why = jobs.spec_differs(made, want)
-    if why:
+        return f"no spec.json (made before {old} kept theirs)"
+    if why or done == "calibration.json":
         return why
     try:
-        return None if json.loads((folder / "run.json").read_text()).get("status") == "completed" else "did not complete"
+        return None if json.loads((folder / done).read_text()).get("status") == "completed" else "did not complete"
     except (OSError, ValueError):
         return "no record"
 
 
+def run_state(folder: Path, want: dict) -> str | None:
+    return _state(folder, want, "run.json", "runs")
+
+
 def calibration_state(folder: Path, spec: dict) -> str | None:
-    """None where ``folder`` holds a calibration made by ``spec`` (and the same code)."""
-    if not (folder / "calibration.json").is_file():
-        return "not run before"
-    try:
-        made = json.loads((folder / "spec.json").read_text())
-    except (OSError, ValueError):
-        return "no spec.json (made before calibrations kept theirs)"
-    return jobs.spec_differs(made, spec)
+    return _state(folder, spec, "calibration.json", "calibrations")
 
 
 def _calibration_spec(part, model, out: Path) -> dict:
@@ -115,7 +85,7 @@ def _calibration_spec(part, model, out: Path) -> dict:
 
 
 def _runs(part, model, rep: int, cal: dict):
-    """(label, link, overrides) of every run of ``model``'s repetition ``rep``, in running order."""
+    """(segment, link, overrides) of every run of ``model``'s repetition ``rep``, in running order."""
     spec = jobs.job_spec(part, model, rep, "")
     for seg in spec["segments"]:
         for link in (LINKS if seg["link"] == "emulated" else LINKS[:1]):
@@ -152,15 +122,14 @@ def run_separate(study, part, args, made) -> list[str]:
                 write_json(tree / model.name / f"rep{rep}" / "calibration.json", cal)
             for seg, link, overrides in _runs(part, model, rep, cal):
                 run_dir = trees[link] / model.name / f"rep{rep}" / seg["label"]
+                name = f"bench: {model.name} repetition {rep} {seg['label']} ({link})"
                 why = run_state(run_dir, run_spec(overrides)) if args.resume else "not resumed"
                 if why is not None:
                     if args.resume:
-                        print(f"bench: {model.name} repetition {rep} {seg['label']} ({link}): runs again ({why})",
-                              flush=True)
+                        print(f"{name}: runs again ({why})", flush=True)
                     took = time.perf_counter()
                     run_job(run_dir, overrides)
-                    print(f"bench: {model.name} repetition {rep} {seg['label']} ({link}): "
-                          f"{time.perf_counter() - took:.0f} s", flush=True)
+                    print(f"{name}: {time.perf_counter() - took:.0f} s", flush=True)
                 if seg["link"] != "emulated":  # the compute-only runs serve both trees
                     twin = trees["emulated"] / model.name / f"rep{rep}" / seg["label"]
                     shutil.rmtree(twin, ignore_errors=True)
@@ -176,7 +145,8 @@ def dry_run(study, part) -> list[str]:
     for model in part.models:
         folder = out / "calibration" / model.name
         why = calibration_state(folder, _calibration_spec(part, model, out))
-        lines.append(f"  {model.name} calibration -> {folder}: " + ("--resume keeps it" if why is None else f"runs ({why})"))
+        lines.append(f"  {model.name} calibration -> {folder}: "
+                     + ("--resume keeps it" if why is None else f"runs ({why})"))
         cal = json.loads((folder / "calibration.json").read_text()) if why is None else None
         for rep in range(part.reps):
             for seg, link, overrides in _runs(part, model, rep, cal or {"gbps": 1.0, "iteration_s": 0.1}):

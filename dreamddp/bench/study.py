@@ -1,11 +1,7 @@
 """A study file (runners/<study>.yaml) read into typed parts, every field checked before any job starts.
 
-A study names its models (a preset of runners/catalogue/presets.yaml each, with a batch and
-iterations where it sets them), its runs (labels of runners/catalogue/runs.yaml, or runs defined
-inline), its regime (link, ratio, latency, H, chunk, workers, overrides for every run), its
-repetitions, its parts (each a regime change with its own output subfolder), the reports to make
-and the claims it is read against.  A bad field is refused in one line naming the file and the
-field (``runners/x.yaml: parts[1].regime.ratio: must be > 0``).  docs/benchmark.md has the format.
+A bad field is refused in one line naming the file and the field
+(``runners/x.yaml: parts[1].regime.ratio: must be > 0``); docs/benchmark.md has the format.
 """
 
 from __future__ import annotations
@@ -24,6 +20,8 @@ LINKS = ("emulated", "tc")
 RUN_LINKS = ("emulated", "ideal")
 REPORT_KINDS = ("bench", "tc", "sweep", "methods_card", "accuracy", "accuracy_tc", "gpu")
 RUNNERS_KINDS = ("bench", "gpu")  # gpu: dreamddp/bench/gpu.py's steps under one deadline
+POS, NONNEG, ONE = ((lambda v: v > 0, "must be > 0"), (lambda v: v >= 0, "must be >= 0"),
+                    (lambda v: v >= 1, "must be >= 1"))
 
 
 class StudyError(ValueError):
@@ -32,7 +30,6 @@ class StudyError(ValueError):
 
 @dataclass(frozen=True)
 class RunEntry:
-    """One run of a job: its spec.json segment (``segment()``), and a note for people."""
     label: str
     overrides: tuple[str, ...]
     link: str = "emulated"
@@ -44,15 +41,12 @@ class RunEntry:
     note: str = ""
 
     def segment(self, bucket_mb: float | None) -> dict:
-        """The dict a job's spec carries (the order and fields jobs before study files wrote)."""
+        """The dict a job's spec carries (its fields in the order spec.json has always had them)."""
         seg = {"label": self.label, "overrides": [_bucket(o, bucket_mb, self.label) for o in self.overrides],
                "link": self.link}
-        for key in ("schedule_from", "window", "varies", "memory"):
-            if getattr(self, key) is not None:
-                seg[key] = getattr(self, key)
-        if self.opt_in:
-            seg["opt_in"] = True
-        return seg
+        seg.update({k: getattr(self, k) for k in ("schedule_from", "window", "varies", "memory")
+                    if getattr(self, k) is not None})
+        return {**seg, "opt_in": True} if self.opt_in else seg
 
 
 @dataclass(frozen=True)
@@ -97,15 +91,12 @@ class Report:
     inputs: tuple[str, ...]  # relative to it, or "@<study>": that study's output folder
     ratios: tuple[float, ...] = ()
     title: str | None = None
-    # the records are known to come from several code versions: report them anyway, the report's
-    # header listing each commit and its runs (else a report refuses them, naming them)
-    mix: bool = False
+    mix: bool = False  # report records of several code versions, the header listing each commit
 
 
 @dataclass(frozen=True)
 class Study:
     path: str
-    name: str
     about: str
     out: str
     runner: str
@@ -124,9 +115,12 @@ def _bucket(override: str, bucket_mb: float | None, label: str) -> str:
     return override.replace("{bucket_mb}", str(bucket_mb))
 
 
+def _one_of(choices: tuple[str, ...]):
+    return lambda v: v in choices, f"must be one of {', '.join(choices)}"
+
+
 class _Fields:
-    """Reads one mapping of the file, naming ``where`` in every refusal; a key not in ``allowed``
-    is refused."""
+    """One mapping of the file, naming ``where`` in every refusal; a key not in ``allowed`` is refused."""
 
     def __init__(self, file: str, where: str, raw, allowed: tuple[str, ...]):
         self.file, self.where = file, where
@@ -137,9 +131,11 @@ class _Fields:
             self.fail(str(unknown[0]), f"unknown field (have {', '.join(allowed)})")
         self.raw = raw
 
+    def name(self, key: str) -> str:
+        return ".".join(x for x in (self.where, key) if x)
+
     def fail(self, key: str, why: str):
-        name = ".".join(x for x in (self.where, key) if x)
-        raise StudyError(f"{self.file}: {name or '(top)'}: {why}")
+        raise StudyError(f"{self.file}: {self.name(key) or '(top)'}: {why}")
 
     def get(self, key, kind, default=None, check=None, why=""):
         if key not in self.raw or self.raw[key] is None and default is None:
@@ -171,34 +167,33 @@ def _yaml(path: Path, file: str):
         raise StudyError(f"{file}: not YAML ({str(exc).splitlines()[0]})") from None
 
 
-_RUN_FIELDS = ("overrides", "link", "schedule_from", "window", "varies", "memory", "opt_in", "note")
-
-
 def _run(file: str, where: str, label: str, raw) -> RunEntry:
-    f = _Fields(file, where, raw, _RUN_FIELDS + (("label",) if "label" in (raw or {}) else ()))
+    allowed = ("overrides", "link", "schedule_from", "window", "varies", "memory", "opt_in", "note")
+    f = _Fields(file, where, raw, allowed + (("label",) if "label" in (raw or {}) else ()))
     overrides = f.strings("overrides")
     if not overrides:
         f.fail("overrides", "must name the run's overrides (algo=...)")
-    return RunEntry(label=label, overrides=overrides,
-                    link=f.get("link", str, "emulated", lambda v: v in RUN_LINKS, f"must be one of {', '.join(RUN_LINKS)}"),
-                    schedule_from=f.get("schedule_from", str), window=f.get("window", float, None, lambda v: v > 0, "must be > 0"),
+    return RunEntry(label=label, overrides=overrides, link=f.get("link", str, "emulated", *_one_of(RUN_LINKS)),
+                    schedule_from=f.get("schedule_from", str), window=f.get("window", float, None, *POS),
                     varies=f.get("varies", str), memory=f.get("memory", bool), opt_in=f.get("opt_in", bool, False),
                     note=f.get("note", str, ""))
 
 
-def catalogue_runs(root: Path = CATALOGUE) -> dict[str, RunEntry]:
-    file = os.path.relpath(root / "runs.yaml", ROOT)
-    raw = _yaml(root / "runs.yaml", file)
+def _catalogue(root: Path, name: str, what: str) -> tuple[str, dict]:
+    file = os.path.relpath(root / name, ROOT)
+    raw = _yaml(root / name, file)
     if not isinstance(raw, dict):
-        raise StudyError(f"{file}: (top): must be a mapping of run labels")
+        raise StudyError(f"{file}: (top): must be a mapping of {what}")
+    return file, raw
+
+
+def catalogue_runs(root: Path = CATALOGUE) -> dict[str, RunEntry]:
+    file, raw = _catalogue(root, "runs.yaml", "run labels")
     return {label: _run(file, label, label, entry) for label, entry in raw.items()}
 
 
 def catalogue_presets(root: Path = CATALOGUE) -> dict[str, dict[str, dict]]:
-    file = os.path.relpath(root / "presets.yaml", ROOT)
-    raw = _yaml(root / "presets.yaml", file)
-    if not isinstance(raw, dict):
-        raise StudyError(f"{file}: (top): must be a mapping of models")
+    file, raw = _catalogue(root, "presets.yaml", "models")
     out = {}
     for model, presets in raw.items():
         if not isinstance(presets, dict):
@@ -206,9 +201,8 @@ def catalogue_presets(root: Path = CATALOGUE) -> dict[str, dict[str, dict]]:
         out[model] = {}
         for name, entry in presets.items():
             f = _Fields(file, f"{model}.{name}", entry, ("overrides", "bucket_mb", "iterations"))
-            out[model][name] = {"overrides": f.strings("overrides"),
-                                "bucket_mb": f.get("bucket_mb", float, None, lambda v: v > 0, "must be > 0"),
-                                "iterations": f.get("iterations", int, None, lambda v: v >= 1, "must be >= 1")}
+            out[model][name] = {"overrides": f.strings("overrides"), "bucket_mb": f.get("bucket_mb", float, None, *POS),
+                                "iterations": f.get("iterations", int, None, *ONE)}
     return out
 
 
@@ -220,18 +214,17 @@ def _models(f: _Fields, key: str, presets: dict) -> tuple[ModelEntry, ...] | Non
         f.fail(key, "must be a mapping of model -> preset (or {preset, batch, iterations})")
     entries = []
     for name, entry in raw.items():
-        where = f"{f.where + '.' if f.where else ''}{key}.{name}"
         if name not in presets:
-            raise StudyError(f"{f.file}: {where}: no such model in the presets (have {', '.join(presets)})")
-        m = _Fields(f.file, where, {"preset": entry} if isinstance(entry, str) else entry,
+            f.fail(f"{key}.{name}", f"no such model in the presets (have {', '.join(presets)})")
+        m = _Fields(f.file, f.name(f"{key}.{name}"), {"preset": entry} if isinstance(entry, str) else entry,
                     ("preset", "batch", "iterations"))
         preset = m.get("preset", str)
         if preset not in presets[name]:
             m.fail("preset", f"no {name} preset {preset!r} (have {', '.join(presets[name])})")
         p = presets[name][preset]
-        batch = m.get("batch", int, None, lambda v: v >= 1, "must be >= 1")
+        batch = m.get("batch", int, None, *ONE)
         entries.append(ModelEntry(name, preset, p["overrides"] + ((f"train.batch_size={batch}",) if batch else ()),
-                                  p["bucket_mb"], m.get("iterations", int, p["iterations"], lambda v: v >= 1, "must be >= 1")))
+                                  p["bucket_mb"], m.get("iterations", int, p["iterations"], *ONE)))
     return tuple(entries)
 
 
@@ -243,112 +236,101 @@ def _runs(f: _Fields, key: str, catalogue: dict[str, RunEntry]) -> tuple[RunEntr
         f.fail(key, "must be a list of run labels (or inline runs)")
     runs: list[RunEntry] = []
     for i, item in enumerate(raw):
-        where = f"{f.where + '.' if f.where else ''}{key}[{i}]"
         if isinstance(item, str):
             if item not in catalogue:
-                raise StudyError(f"{f.file}: {where}: no run {item!r} in runners/catalogue/runs.yaml")
+                f.fail(f"{key}[{i}]", f"no run {item!r} in runners/catalogue/runs.yaml")
             runs.append(catalogue[item])
         elif isinstance(item, dict) and isinstance(item.get("label"), str):
-            runs.append(_run(f.file, where, item["label"], item))
+            runs.append(_run(f.file, f.name(f"{key}[{i}]"), item["label"], item))
         else:
-            raise StudyError(f"{f.file}: {where}: must be a run label or a mapping with a label")
+            f.fail(f"{key}[{i}]", "must be a run label or a mapping with a label")
     labels = [r.label for r in runs]
     for i, r in enumerate(runs):
         if labels.count(r.label) > 1:
-            raise StudyError(f"{f.file}: {f.where + '.' if f.where else ''}{key}[{i}]: {r.label} named twice")
+            f.fail(f"{key}[{i}]", f"{r.label} named twice")
         if r.schedule_from and (r.schedule_from not in labels or labels.index(r.schedule_from) > i):
-            raise StudyError(f"{f.file}: {f.where + '.' if f.where else ''}{key}[{i}]: {r.label} runs on "
-                             f"{r.schedule_from}'s schedule, so name {r.schedule_from} before it")
+            f.fail(f"{key}[{i}]", f"{r.label} runs on {r.schedule_from}'s schedule, "
+                                  f"so name {r.schedule_from} before it")
     return tuple(runs)
-
-
-_REGIME_FIELDS = ("link", "ratio", "latency_ms", "H", "chunk", "nproc", "iterations", "calibration_iterations",
-                  "profile_iterations", "memory", "set")
 
 
 def _regime(file: str, where: str, raw, base: Regime) -> Regime:
     if raw is None:
         return base
-    f = _Fields(file, where, raw, _REGIME_FIELDS)
-    pos, nonneg = (lambda v: v > 0, "must be > 0"), (lambda v: v >= 0, "must be >= 0")
-    one = (lambda v: v >= 1, "must be >= 1")
-    regime = replace(
-        base,
-        link=f.get("link", str, base.link, lambda v: v in LINKS, f"must be one of {', '.join(LINKS)}"),
-        ratio=f.get("ratio", float, base.ratio, *pos), latency_ms=f.get("latency_ms", float, base.latency_ms, *nonneg),
-        H=f.get("H", int, base.H, *one), chunk=f.get("chunk", int, base.chunk, *nonneg),
-        nproc=f.get("nproc", int, base.nproc, *one),
-        iterations=f.get("iterations", int, base.iterations, *one),
-        calibration_iterations=f.get("calibration_iterations", int, base.calibration_iterations, *one),
-        profile_iterations=f.get("profile_iterations", int, base.profile_iterations, *one),
-        memory=f.get("memory", bool, base.memory), set=base.set + f.strings("set"))
+    f = _Fields(file, where, raw, ("link", "ratio", "latency_ms", "H", "chunk", "nproc", "iterations",
+                                   "calibration_iterations", "profile_iterations", "memory", "set"))
+    checks = {"ratio": POS, "latency_ms": NONNEG, "chunk": NONNEG, "link": _one_of(LINKS)}
+    values = {k: f.get(k, type(getattr(base, k)) if k != "iterations" else int, getattr(base, k), *checks.get(k, ONE))
+              for k in ("link", "ratio", "latency_ms", "H", "chunk", "nproc", "iterations", "calibration_iterations",
+                        "profile_iterations")}
+    regime = replace(base, **values, memory=f.get("memory", bool, base.memory), set=base.set + f.strings("set"))
     if regime.latency_ms and regime.link == "tc":
         f.fail("latency_ms", "the tc link has no latency here (tbf shapes the rate only); use link: emulated")
     return regime
 
 
-_STUDY_FIELDS = ("about", "claims", "out", "runner", "settings", "models", "runs", "regime", "reps", "parts",
-                 "interleave_parts", "report")
-_PART_FIELDS = ("name", "out", "models", "runs", "regime", "reps")
-_REPORT_FIELDS = ("kind", "out", "inputs", "ratios", "title", "mix")
+def _part(file: str, i: int, rp, raw_parts, study: dict) -> Part:
+    where = f"parts[{i}]"
+    p = _Fields(file, where if raw_parts else "", rp, ("name", "out", "models", "runs", "regime", "reps"))
+    name = p.get("name", str, "" if not raw_parts else None)
+    if name is None:
+        p.fail("name", "every part needs a name")
+    models = _models(p, "models", study["presets"]) or study["models"]
+    runs = _runs(p, "runs", study["catalogue"]) or study["runs"]
+    if not models:
+        p.fail("models", "no models (name them in the part or the study)")
+    if not runs:
+        p.fail("runs", "no runs (name them in the part or the study)")
+    part = Part(name=name, out=p.get("out", str, name), models=models, runs=runs,
+                regime=_regime(file, f"{where}.regime" if raw_parts else "regime", rp.get("regime"), study["regime"]),
+                reps=p.get("reps", int, study["reps"], *ONE))
+    for r in part.runs:
+        for m in part.models:
+            try:
+                r.segment(m.bucket_mb)
+            except StudyError as exc:
+                raise StudyError(f"{file}: {where if raw_parts else 'runs'}: {m.name}: {exc}") from None
+    return part
+
+
+def _report(file: str, i: int, rr) -> Report:
+    r = _Fields(file, f"report[{i}]", rr, ("kind", "out", "inputs", "ratios", "title", "mix"))
+    kind = r.get("kind", str, None, *_one_of(REPORT_KINDS))
+    if kind is None:
+        r.fail("kind", f"required (one of {', '.join(REPORT_KINDS)})")
+    ratios = rr.get("ratios") or []
+    if not isinstance(ratios, list) or not all(isinstance(x, (int, float)) and x > 0 for x in ratios):
+        r.fail("ratios", "must be a list of numbers > 0")
+    return Report(kind, r.get("out", str, "."), r.strings("inputs", (".",)) or (".",), tuple(float(x) for x in ratios),
+                  r.get("title", str), r.get("mix", bool, False))
 
 
 def load(path: str | os.PathLike, catalogue: Path = CATALOGUE) -> Study:
     """The study in ``path``, every field checked (StudyError: one line naming the file and the field)."""
     file = str(path)
-    raw = _yaml(Path(path), file)
-    f = _Fields(file, "", raw, _STUDY_FIELDS)
-    runs_cat, presets = catalogue_runs(catalogue), catalogue_presets(catalogue)
+    f = _Fields(file, "", _yaml(Path(path), file), ("about", "claims", "out", "runner", "settings", "models", "runs",
+                                                     "regime", "reps", "parts", "interleave_parts", "report"))
     about = f.get("about", str)
     if not about:
         f.fail("about", "must say in one line what the study measures")
-    runner = f.get("runner", str, "bench", lambda v: v in RUNNERS_KINDS, f"must be one of {', '.join(RUNNERS_KINDS)}")
-    models, runs = _models(f, "models", presets), _runs(f, "runs", runs_cat)
-    regime = _regime(file, "regime", f.raw.get("regime"), Regime())
-    reps = f.get("reps", int, 3, lambda v: v >= 1, "must be >= 1")
-    parts = []
+    runner = f.get("runner", str, "bench", *_one_of(RUNNERS_KINDS))
+    study = {"catalogue": catalogue_runs(catalogue), "presets": catalogue_presets(catalogue)}
+    study["models"] = _models(f, "models", study["presets"])
+    study["runs"] = _runs(f, "runs", study["catalogue"])
+    study.update(regime=_regime(file, "regime", f.raw.get("regime"), Regime()), reps=f.get("reps", int, 3, *ONE))
     raw_parts = f.raw.get("parts")
     if raw_parts is not None and (not isinstance(raw_parts, list) or not raw_parts):
         f.fail("parts", "must be a non-empty list")
-    for i, rp in enumerate(raw_parts or [{}] if (models or raw_parts) else []):
-        where = f"parts[{i}]"
-        p = _Fields(file, where if raw_parts else "", rp, _PART_FIELDS)
-        name = p.get("name", str, "" if not raw_parts else None)
-        if name is None:
-            p.fail("name", "every part needs a name")
-        pm, pr = _models(p, "models", presets) or models, _runs(p, "runs", runs_cat) or runs
-        if not pm:
-            p.fail("models", "no models (name them in the part or the study)")
-        if not pr:
-            p.fail("runs", "no runs (name them in the part or the study)")
-        part = Part(name=name, out=p.get("out", str, name), models=pm, runs=pr,
-                    regime=_regime(file, f"{where}.regime" if raw_parts else "regime", rp.get("regime"), regime),
-                    reps=p.get("reps", int, reps, lambda v: v >= 1, "must be >= 1"))
-        for j, r in enumerate(part.runs):
-            for m in part.models:
-                try:
-                    r.segment(m.bucket_mb)
-                except StudyError as exc:
-                    raise StudyError(f"{file}: {where if raw_parts else 'runs'}: {m.name}: {exc}") from None
-        parts.append(part)
+    parts = [_part(file, i, rp, raw_parts, study)
+             for i, rp in enumerate(raw_parts or [{}] if (study["models"] or raw_parts) else [])]
     names = [p.name for p in parts]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
         f.fail("parts", f"part {dup!r} named twice")
-    reports = []
     raw_reports = f.raw.get("report") or []
     if not isinstance(raw_reports, list):
         f.fail("report", "must be a list of {kind, inputs, out}")
-    for i, rr in enumerate(raw_reports):
-        r = _Fields(file, f"report[{i}]", rr, _REPORT_FIELDS)
-        kind = r.get("kind", str, None, lambda v: v in REPORT_KINDS, f"must be one of {', '.join(REPORT_KINDS)}")
-        if kind is None:
-            r.fail("kind", f"required (one of {', '.join(REPORT_KINDS)})")
-        ratios = rr.get("ratios") or []
-        if not isinstance(ratios, list) or not all(isinstance(x, (int, float)) and x > 0 for x in ratios):
-            r.fail("ratios", "must be a list of numbers > 0")
-        reports.append(Report(kind, r.get("out", str, "."), r.strings("inputs", (".",)) or (".",),
-                              tuple(float(x) for x in ratios), r.get("title", str), r.get("mix", bool, False)))
+    reports = tuple(_report(file, i, rr) for i, rr in enumerate(raw_reports))
     claims = f.raw.get("claims") or []
     if isinstance(claims, list) and all(isinstance(c, str) for c in claims):
         claims = tuple(claims)
@@ -356,24 +338,23 @@ def load(path: str | os.PathLike, catalogue: Path = CATALOGUE) -> Study:
         f.fail("claims", "must be a list of lines or a mapping label -> claim")
     settings = f.get("settings", dict, {})
     if runner == "gpu":
-        _gpu_settings(file, settings, [p.name for p in parts])
-    return Study(path=file, name=Path(path).stem, about=about,
-                 out=f.get("out", str, os.path.join("outputs", Path(path).stem)), runner=runner, parts=tuple(parts),
-                 reports=tuple(reports), claims=claims, interleave_parts=f.get("interleave_parts", bool, False),
-                 settings=settings)
+        _gpu_settings(file, settings, names)
+    return Study(path=file, about=about, out=f.get("out", str, os.path.join("outputs", Path(path).stem)),
+                 runner=runner, parts=tuple(parts), reports=reports, claims=claims,
+                 interleave_parts=f.get("interleave_parts", bool, False), settings=settings)
 
 
 def _gpu_settings(file: str, settings: dict, parts: list[str]) -> None:
     """runner gpu: ``budget_s`` and ``steps`` (name -> a pytest file, profiles, or [part, reps] pairs)."""
     f = _Fields(file, "settings", settings, ("budget_s", "steps"))
-    f.get("budget_s", float, None, lambda v: v > 0, "must be > 0")
+    f.get("budget_s", float, None, *POS)
     steps = f.get("steps", dict)
     if not steps:
         f.fail("steps", "runner gpu needs its steps")
     for name, step in steps.items():
         s = _Fields(file, f"settings.steps.{name}", step,
                     ("cap_s", "pytest", "models", "precisions", "iterations", "profile_iterations", "parts"))
-        s.get("cap_s", int, None, lambda v: v > 0, "must be > 0") or s.fail("cap_s", "required")
+        s.get("cap_s", int, None, *POS) or s.fail("cap_s", "required")
         if "parts" in step:
             pairs = step["parts"]
             if not isinstance(pairs, list) or not all(isinstance(x, list) and len(x) == 2 and x[0] in parts
@@ -381,9 +362,8 @@ def _gpu_settings(file: str, settings: dict, parts: list[str]) -> None:
                 s.fail("parts", f"must be [part, repetitions] pairs of this study's parts ({', '.join(parts)})")
         elif "precisions" in step:
             s.strings("models") and s.strings("precisions")
-            s.get("iterations", int, None, lambda v: v >= 1, "must be >= 1") or s.fail("iterations", "required")
-            s.get("profile_iterations", int, None, lambda v: v >= 1, "must be >= 1") or \
-                s.fail("profile_iterations", "required")
+            for key in ("iterations", "profile_iterations"):
+                s.get(key, int, None, *ONE) or s.fail(key, "required")
         elif not s.get("pytest", str):
             s.fail("", "needs parts, precisions (profiles) or pytest")
 
@@ -391,6 +371,5 @@ def _gpu_settings(file: str, settings: dict, parts: list[str]) -> None:
 def resolve_input(study: Study, out: str, item: str) -> str:
     """A report input: ``@<study>`` is that study file's output folder, else a path under ``out``."""
     if item.startswith("@"):
-        other = Path(study.path).parent / f"{item[1:]}.yaml"
-        return load(other).out
+        return load(Path(study.path).parent / f"{item[1:]}.yaml").out
     return os.path.normpath(os.path.join(out, item))

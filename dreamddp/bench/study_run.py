@@ -6,11 +6,9 @@
     dreamddp-bench run runners/headline.yaml --only flsgd dreamddp nosync@ideal plain@ideal --reps 1
     dreamddp-bench report runners/methods.yaml                  # its reports again from the committed records
 
-Per part (a regime of the study, its own output folder), per repetition and model (the models in
-alternating order per repetition), one job (dreamddp/bench/jobs.py); on the tc link, every run its
-own job beside its emulated twin (dreamddp/bench/separate.py).  Before the first job starts, the
-study file is checked (dreamddp/bench/study.py) and every run of every job is composed and
-validated, so a bad field or override is refused in one line.
+Per part, repetition and model (alternating order per repetition) one job (jobs.py); on the tc link
+every run its own job beside its emulated twin (separate.py).  Every run of every job is composed
+and checked before the first starts, so a bad field or override is refused in one line.
 """
 
 from __future__ import annotations
@@ -24,19 +22,22 @@ from dataclasses import replace
 
 from dreamddp.atomic import write_json
 from dreamddp.bench import jobs, study_reports
-from dreamddp.bench.study import Part, Study, StudyError, load
+from dreamddp.bench.study import Part, Study, StudyError, catalogue_presets, load
 
 QUICK = {"iterations": 12, "calibration_iterations": 6, "profile_iterations": 2}  # with the tiny presets
+STAND_IN = {"gbps": 1.0, "iteration_s": 0.1}  # a calibration's fields, any valid values (check_configs)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="dreamddp-bench run", description=__doc__.split("\n\n")[0])
     p.add_argument("study", help="a study file, runners/<study>.yaml")
-    p.add_argument("--dry-run", action="store_true", help="list every job (and whether --resume keeps it); run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list every job (and whether --resume keeps it); run nothing")
     p.add_argument("--resume", action="store_true",
                    help="keep the jobs completed in --out with the same spec and code; run the rest")
     p.add_argument("--out", help="the study's output folder (default: the file's out)")
-    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every run, after the file's")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="overrides for every run, after the file's")
     p.add_argument("--only", nargs="+", metavar="LABEL", help="these runs of the study only")
     p.add_argument("--parts", nargs="+", metavar="NAME", help="these parts of the study only")
     p.add_argument("--models", nargs="+", metavar="MODEL", help="these models of the study only")
@@ -53,25 +54,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def select(study: Study, args: argparse.Namespace) -> Study:
     """The study as the command line narrows it (parts, models, runs, repetitions, --set, --quick)."""
-    from dreamddp.bench.study import catalogue_presets
+    def check(flag: str, asked, have: list[str]) -> None:
+        bad = next((x for x in asked or () if x not in have), None)
+        if bad is not None:
+            raise StudyError(f"{flag} {bad}: not in {study.path} (have {', '.join(have) or 'none'})")
 
-    def refuse(flag: str, value: str, have) -> None:
-        raise StudyError(f"{flag} {value}: not in {study.path} (have {', '.join(have) or 'none'})")
-
-    parts = list(study.parts)
-    for name in args.parts or ():
-        if name not in [p.name for p in parts]:
-            refuse("--parts", name, [p.name for p in parts])
-    if args.parts:
-        parts = [p for p in parts if p.name in args.parts]
-    labels = list(dict.fromkeys(r.label for p in parts for r in p.runs))
-    for label in args.only or ():
-        if label not in labels:
-            refuse("--only", label, labels)
-    models = list(dict.fromkeys(m.name for p in parts for m in p.models))
-    for name in args.models or ():
-        if name not in models:
-            refuse("--models", name, models)
+    check("--parts", args.parts, [p.name for p in study.parts])
+    parts = [p for p in study.parts if not args.parts or p.name in args.parts]
+    check("--only", args.only, list(dict.fromkeys(r.label for p in parts for r in p.runs)))
+    check("--models", args.models, list(dict.fromkeys(m.name for p in parts for m in p.models)))
     tiny = catalogue_presets()
     out = []
     for part in parts:
@@ -108,23 +99,15 @@ def part_out(study: Study, part: Part) -> str:
 def job_list(study: Study, part: Part, reps=None) -> list[tuple[str, int, dict]]:
     """(model, repetition, spec) of every job of ``part`` in running order."""
     runs = os.path.join(part_out(study, part), "runs")
-    out = []
-    for rep in range(part.reps) if reps is None else reps:
-        for model in (part.models if rep % 2 == 0 else part.models[::-1]):
-            out.append((model.name, rep, jobs.job_spec(part, model, rep, os.path.join(runs, model.name, f"rep{rep}"))))
-    return out
-
-
-STAND_IN = {"gbps": 1.0, "iteration_s": 0.1}  # a calibration's fields, any valid values (check_configs)
+    return [(model.name, rep, jobs.job_spec(part, model, rep, os.path.join(runs, model.name, f"rep{rep}")))
+            for rep in (range(part.reps) if reps is None else reps)
+            for model in (part.models if rep % 2 == 0 else part.models[::-1])]
 
 
 def check_configs(study: Study, extra_set: list[str]) -> None:
-    """Compose and validate every run of every job before any starts, with ``dreamddp-run``'s checks
-    and its refusal (``error: <one line>``, status 2): an override one run cannot take
-    (``bandwidth.hold_core=true`` on the ideal-link ones) is refused here naming the model, the
-    run and the field, not in a job's log after its start-up.  The emulated rate is the
-    calibration's, known only in the job (any valid one stands in); a schedule written by another
-    run is not there yet."""
+    """Compose and validate every run of every job before any starts, refused as ``dreamddp-run``
+    refuses (``error: <one line>``, status 2) naming the model, the run and the field.  The
+    calibration's rate is known only in the job (STAND_IN); another run's schedule is not there yet."""
     from dreamddp.bench.segments import calibration_overrides, segment_overrides
     from dreamddp.bench.separate import link_overrides
     from dreamddp.checks import refuse
@@ -136,23 +119,20 @@ def check_configs(study: Study, extra_set: list[str]) -> None:
     for part in study.parts:
         for model in part.models:
             spec = jobs.job_spec(part, model, 0, os.path.join(part_out(study, part), "runs", model.name, "rep0"))
-            runs = [("calibration", calibration_overrides(spec))]
-            runs += [(s["label"], segment_overrides(spec, s, STAND_IN, schedule=False)) for s in spec["segments"]]
+            timed = [(s, segment_overrides(spec, s, STAND_IN, schedule=False)) for s in spec["segments"]]
+            runs = [("calibration", calibration_overrides(spec)), *((s["label"], o) for s, o in timed)]
             if part.regime.link == "tc":  # the shaped twin of every run on a link (its host checks: root, tbf)
-                runs += [(f"{s['label']} (tc)", [o for o in segment_overrides(spec, s, STAND_IN, schedule=False)
-                                                 if not o.startswith(("bandwidth=", "bandwidth.gbps="))]
-                          + link_overrides("tc", 1.0)) for s in spec["segments"] if s["link"] == "emulated"]
+                runs += [(f"{s['label']} (tc)", [x for x in o if not x.startswith(("bandwidth=", "bandwidth.gbps="))]
+                          + link_overrides("tc", 1.0)) for s, o in timed if s["link"] == "emulated"]
             for label, overrides in runs:
                 try:
                     validate(compose_checked(conf_dir(), CONFIG_NAME, overrides))
                 except ConfigError as exc:
-                    where = f"{part.name} " if part.name else ""
-                    refuse(f"{where}{model.name} {label}: {exc}")
+                    refuse(f"{part.name + ' ' if part.name else ''}{model.name} {label}: {exc}")
 
 
 def bench_json(study: Study, part: Part, args, seconds: float) -> dict:
-    """runs/bench.json: what made the records.  ``args`` keeps the fields the reports read
-    (preset, ratio, H, chunk, iterations) beside the rest of the regime."""
+    """runs/bench.json: what made the records (``args``: the fields the reports read, and the rest of the regime)."""
     r = part.regime
     return {"study": study.path, "part": part.name, "made_by": made_by(study, args),
             "args": {"preset": "+".join(dict.fromkeys(m.preset for m in part.models)),
@@ -172,16 +152,14 @@ def run_part(study: Study, part: Part, args, reps=None) -> None:
         return
     start = time.perf_counter()
     for model, rep, spec in job_list(study, part, reps):
+        name = f"bench: {part.name + ' ' if part.name else ''}{model} repetition {rep}"
         why = jobs.job_state(spec) if args.resume else "not resumed"
         if why is None:
-            print(f"bench: {part.name + ' ' if part.name else ''}{model} repetition {rep}: completed before, kept",
-                  flush=True)
+            print(f"{name}: completed before, kept", flush=True)
             continue
         if args.resume:
-            print(f"bench: {part.name + ' ' if part.name else ''}{model} repetition {rep}: runs again ({why})",
-                  flush=True)
-        took = jobs.job(spec, part.regime.nproc, rep, args.port)
-        print(f"bench: {part.name + ' ' if part.name else ''}{model} repetition {rep}: {took:.0f} s", flush=True)
+            print(f"{name}: runs again ({why})", flush=True)
+        print(f"{name}: {jobs.job(spec, part.regime.nproc, rep, args.port):.0f} s", flush=True)
     runs = os.path.join(part_out(study, part), "runs")
     os.makedirs(runs, exist_ok=True)
     write_json(os.path.join(runs, "bench.json"), bench_json(study, part, args, time.perf_counter() - start))
@@ -208,20 +186,13 @@ def dry_run(study: Study) -> list[str]:
                          + ("--resume keeps it" if why is None else f"runs ({why})"))
             lines.append("    " + " ".join(s["label"] for s in spec["segments"])
                          + (" (+ memory runs)" if spec["memory"] else ""))
-    for rep in study.reports:
-        lines.append(f"report {rep.kind} -> {os.path.normpath(os.path.join(study.out, rep.out))}")
+    lines += [f"report {rep.kind} -> {os.path.normpath(os.path.join(study.out, rep.out))}" for rep in study.reports]
     return lines
 
 
-def card(study: Study, part: Part) -> None:
-    """The result card of a part's timed runs (the real link's on tc) and its loss_vs_time.png."""
+def run(study: Study, args) -> None:
     from dreamddp.reports.card import print_card
 
-    sub = "tc/runs" if part.regime.link == "tc" else "runs"
-    print_card([os.path.join(part_out(study, part), sub)], os.path.join(part_out(study, part), "loss_vs_time.png"))
-
-
-def run(study: Study, args) -> None:
     start = time.perf_counter()
     if study.interleave_parts:  # repetition k of every part before any part's k+1
         for k in range(max((p.reps for p in study.parts), default=0)):
@@ -231,11 +202,19 @@ def run(study: Study, args) -> None:
     else:
         for part in study.parts:
             run_part(study, part, args)
-            card(study, part)
+            # the result card of the part's timed runs (the real link's on tc)
+            out = part_out(study, part)
+            print_card([os.path.join(out, "tc/runs" if part.regime.link == "tc" else "runs")],
+                       os.path.join(out, "loss_vs_time.png"))
     if not args.no_report:
         for path in study_reports.write_all(study, made_by(study, args), seconds=time.perf_counter() - start):
             print(f"bench: {path}")
     print(f"bench: {study.path} done ({time.perf_counter() - start:.0f} s in all)")
+
+
+def _refused(exc: StudyError) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return 2
 
 
 def main(argv=None) -> int:
@@ -243,15 +222,15 @@ def main(argv=None) -> int:
     try:
         study = select(load(args.study), args)
     except StudyError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _refused(exc)
     if args.dry_run:
         print("\n".join(dry_run(study)))
         return 0
     if study.runner == "gpu" and not args.parts:  # its steps; --parts runs parts as any study's
         from dreamddp.bench import gpu
 
-        return gpu.run_study(study, args)
+        return gpu.measure(study, args.out or study.out, float(study.settings["budget_s"]),
+                           list(study.settings["steps"]), args.quick)
     check_configs(study, args.set)
     run(study, args)
     return 0
@@ -274,9 +253,7 @@ def report_main(argv=None) -> int:
     try:
         study = load(args.study)
     except StudyError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    study = replace(study, out=args.out or study.out)
-    for path in study_reports.write_all(study, None, mix=args.mix):
+        return _refused(exc)
+    for path in study_reports.write_all(replace(study, out=args.out or study.out), None, mix=args.mix):
         print(path)
     return 0

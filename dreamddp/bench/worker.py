@@ -1,25 +1,12 @@
-"""One benchmark job's worker: several training runs ("segments") back to back in one process group.
+"""One benchmark job's worker (``python -m torch.distributed.run ... -m dreamddp.bench.worker SPEC.json``).
 
-Started by dreamddp-bench run (dreamddp/bench/jobs.py) under torchrun (``python -m torch.distributed.run
---nproc-per-node N dreamddp/bench/worker.py SPEC.json``).  Every segment is a
-complete dreamddp run (dreamddp.run.train.Run: build, warm-up, loop, finish) with
-its own composed config and its own run record under ``<out>/<label>/``, so the
-results tools read them like any run.  Running them in one job gives every
-algorithm of a repetition the same processes, the same warm caches and one
-link rate, and pays the start-up (imports, rendezvous) once.
-
-Order of a job: a calibration segment (``nosync`` on the ideal link) fixes the
-emulated rate from its steady-state backward pass (the link's all-reduce of
-all parameters takes ``ratio`` x backward); then the timed segments are built
-and warmed up one after the other, and trained interleaved: ``chunk``
-iterations (one H-window) of each in turn, in an order rotated every round,
-with the link's clock of the others paused (dreamddp.run.train.Run.steps), so
-every algorithm samples the same slow and fast spells of a shared host (its
-speed drifts by 20-30% over tens of seconds here, more than the differences
-being measured); then, if asked, memory segments, one after the other: the
-same configs for a few iterations under torch's profiler, which records every
-tensor allocation, so peak live bytes during training are known per worker and
-per algorithm.
+Every segment is a complete dreamddp run (dreamddp.run.train.Run) with its own record under
+``<out>/<label>/``; one process group runs them all, so every algorithm of a repetition has the same
+processes, warm caches and link rate.  A calibration (nosync, ideal link) fixes the emulated rate
+from its steady backward; the timed segments are then built, warmed up and trained interleaved,
+``chunk`` iterations each in a rotating order with the others' link clocks paused, so every
+algorithm samples the same slow and fast spells of a shared host (it drifts 20-30% over tens of
+seconds, more than the differences measured); then the memory segments under torch's profiler.
 """
 
 from __future__ import annotations
@@ -59,16 +46,18 @@ def _new_run(ctx, overrides: list[str], run_dir: str) -> Run:
     return Run(cfg, ctx, run_dir, recorder_for(ctx.rank, cfg, run_dir))
 
 
+def _set_up(run: Run) -> Run:
+    run.build()
+    run.set_up()
+    return run
+
+
 def _interleaved(ctx, segments: list[tuple[list[str], str]], chunk: int) -> None:
-    """Build and warm up every segment, then train them ``chunk`` iterations at a time in turn
-    (each run's Run.steps: its link's clock stands still outside its own turns)."""
+    """Build and warm up every segment, then train them ``chunk`` iterations at a time in turn."""
     runs, steps = [], []
     for overrides, run_dir in segments:
-        run = _new_run(ctx, overrides, run_dir)
-        run.build()
-        run.set_up()
-        runs.append(run)
-        steps.append(run.steps())  # its clock stops here, while the next segments warm up
+        runs.append(_set_up(_new_run(ctx, overrides, run_dir)))
+        steps.append(runs[-1].steps())  # its link's clock stops here, while the next segments warm up
     total = max(r.cfg.train.iterations for r in runs)
     for k in range(-(-total // chunk)):  # rounds; the order rotated every round
         for turn in steps[k % len(steps):] + steps[:k % len(steps)]:
@@ -83,15 +72,12 @@ def _run(ctx, overrides: list[str], run_dir: str, profile_memory: bool = False,
          every_thread: bool = False) -> Run:
     run = _new_run(ctx, overrides, run_dir)
     if not profile_memory:
-        run.build()
-        run.set_up()
-        run.train()
+        _set_up(run).train()
     elif ctx.device.type == "cuda":
         run.recorder.set("memory", _cuda_peak_memory(run, ctx.device))
     else:  # every tensor of this segment is allocated under the profiler: model, state, activations
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-            run.build()
-            run.set_up()
+            _set_up(run)
             with torch.profiler.record_function(LOOP_MARK):
                 run.train()
         run.recorder.set("memory", memory.loop_memory(prof, LOOP_MARK, every_thread))
@@ -101,13 +87,12 @@ def _run(ctx, overrides: list[str], run_dir: str, profile_memory: bool = False,
 
 
 def _cuda_peak_memory(run: Run, device) -> dict:
-    """Build, set up and train ``run``; torch.cuda.max_memory_allocated over its training loop,
-    less what this process held before the segment began (the earlier segments are freed)."""
+    """torch.cuda.max_memory_allocated over ``run``'s training loop, less what this process held
+    before the segment began (the earlier segments are freed)."""
     gc.collect()
     torch.cuda.synchronize(device)
     base = torch.cuda.memory_allocated(device)
-    run.build()
-    run.set_up()
+    _set_up(run)
     torch.cuda.synchronize(device)
     before = torch.cuda.memory_allocated(device) - base
     torch.cuda.reset_peak_memory_stats(device)  # the peak of the training loop, not of the set-up passes
@@ -120,10 +105,9 @@ def _cuda_peak_memory(run: Run, device) -> dict:
 
 
 def _calibrate(ctx, spec: dict) -> dict:
-    """The emulated rate at which all-reducing every parameter takes ``ratio`` x the steady
-    backward (``gbps``), and the steady full-speed iteration (``iteration_s``: a timed window's unit).
-    On a mesh (``cluster.shards`` > 1) a rank syncs its local shards across the replicas: its
-    units' bytes are the shards' and the ring is the replicate group's, so the ratio means the same."""
+    """The emulated rate at which all-reducing every parameter takes ``ratio`` x the steady backward
+    (``gbps``), and the steady full-speed iteration (``iteration_s``).  On a mesh a rank's units are
+    its shards and the ring the replicate group's, so the ratio means the same."""
     run = _run(ctx, calibration_overrides(spec), os.path.join(spec["out"], "calibration"))
     rows = run.recorder.record.data["iterations"] if run.recorder.active else []
     measured = [steady(rows, k) for k in ("backward", "time")] if rows else [None, None]
@@ -154,8 +138,7 @@ def main(spec_path: str) -> None:
         _interleaved(ctx, [segment(seg, False) for seg in spec["segments"]], spec["chunk"])
         gc.collect()
         if spec.get("memory"):
-            # from here on the CPU allocator counts every thread (after the timed segments: it
-            # takes a lock per allocation)
+            # the CPU allocator counts every thread from here on (it takes a lock per allocation)
             every_thread = ctx.device.type == "cpu" and memory.count_every_thread()
             for seg in spec["segments"]:
                 if seg.get("memory", True):
