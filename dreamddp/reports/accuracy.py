@@ -1,14 +1,12 @@
-"""The simulator-accuracy study's rows and report: for every timed run of a benchmark job, the
-simulator's prediction from that job's measurements alone against the measured mean iteration
-(the study's description: dreamddp/bench/accuracy.py, which runs the jobs and calls this).
-"""
+"""The simulator-accuracy study's rows and report: each timed run's prediction from its job's
+measurements alone against its measured mean iteration (dreamddp/bench/accuracy.py runs the jobs)."""
 
 from __future__ import annotations
 
 import collections
-import statistics
 import json
 import os
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,8 +15,9 @@ from dreamddp.bench import regime as bench_regime
 from dreamddp.reports import bench as bench_report
 from dreamddp.reports import predict as bp
 from dreamddp.reports import records
-from dreamddp.reports.render import write_readme
 from dreamddp.reports.accuracy_measures import TIE, accuracy, by_job, median_ranking, ranking
+from dreamddp.reports.render import write_readme
+
 
 def rows_of(runs_dir: str, ratio: float) -> list[dict]:
     out = []
@@ -32,51 +31,45 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             together = skew is not None and skew.joint
             apart = bp.reference_skew(segs, profile, together=False) if together else None
             corr = bp.rank_correlation(segs)
-            # what nosync alone as the reference would predict (the pooled reference's module docstring)
-            alone = bp.steady_profile(segs, (bp.NOSYNC,))
+            alone = bp.steady_profile(segs, (bp.NOSYNC,))  # nosync alone as the reference
             alone_skew = bp.reference_skew(segs, alone, labels=(bp.NOSYNC,))
             nosync_backward = job[bp.NOSYNC].timed_mean("backward")
-            # plain@ideal is the job's other compute-only run: how far the reference itself drifted
             plain_backward = job["plain@ideal"].timed_mean("backward") if "plain@ideal" in job else None
-            chunk, regime = _job_chunk(segs), bench_regime.compute_split(segs)
+            chunk, regime = bp.job_chunk(next(iter(segs.values()))), bench_regime.compute_split(segs)
             for label in records.ordered(lb for lb in segs if lb in bench_report.TIMED):
                 typed, rec = job[label], segs[label]
                 measured = typed.mean_iteration
+                error = lambda s: None if s is None else s / measured - 1  # noqa: E731
                 predicted = bp.predict(rec, profile, skew)
                 drawn_apart = None if apart is None else bp.predict(rec, profile, apart)
                 own = bp.predict(rec, bp.own_compute(rec, profile), skew)
-                in_run = typed.predicted_mean
                 link_only = bp.plan_run(rec, profile, host=True)
                 host = bp.engine_host(rec)
                 no_host = predicted if host is None else bp.predict(rec, profile, skew, host=False)
                 ring, at_end = _counterfactuals(rec, profile, skew, [op for ops in link_only.ops for op in ops])
-                out.append({"model": model, "ratio": ratio, "rep": rep, "chunk": chunk, "regime": regime, "algorithm": label, "measured_s": measured,
-                            "predicted_s": predicted, "error": predicted / measured - 1,
-                            "skew_drawn": "together" if together else "apart",
-                            "apart_s": drawn_apart,
-                            "apart_error": None if drawn_apart is None else drawn_apart / measured - 1,
-                            "rank_correlation": corr,
+                late = bench_report.lateness(typed)
+                out.append({"model": model, "ratio": ratio, "rep": rep, "chunk": chunk, "regime": regime,
+                            "algorithm": label, "measured_s": measured, "predicted_s": predicted,
+                            "error": error(predicted), "skew_drawn": "together" if together else "apart",
+                            "apart_s": drawn_apart, "apart_error": error(drawn_apart), "rank_correlation": corr,
                             "syncs_every_iteration": all(r.bytes > 0 for r in typed.timed()),
-                            "own_compute_s": own, "own_error": own / measured - 1,
-                            "nosync_only_error": bp.predict(rec, alone, alone_skew) / measured - 1,
+                            "own_compute_s": own, "own_error": error(own),
+                            "nosync_only_error": error(bp.predict(rec, alone, alone_skew)),
                             "no_skew_s": bp.plan_bound(rec, profile, real=True, host=True),
                             "host_launch_us": None if host is None else 1e6 * host[0],
                             "host_complete_us": None if host is None else 1e6 * host[1],
-                            "no_host_s": no_host, "no_host_error": no_host / measured - 1,
-                            "link_only_s": link_only.mean_iter, "in_run_s": in_run, **_in_run_parts(typed),
-                            "late_ms": None if (late := bench_report.lateness(typed)) is None else 1e3 * late,
+                            "no_host_s": no_host, "no_host_error": error(no_host),
+                            "link_only_s": link_only.mean_iter, "in_run_s": typed.predicted_mean,
+                            **_in_run_parts(typed), "late_ms": None if late is None else 1e3 * late,
                             "backward_x_reference": bp.backward_over_reference(rec, segs, profile),
                             "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward,
-                            "ring_kinds_error": None if ring is None else ring / measured - 1,
-                            "step_at_end_error": None if at_end is None else at_end / measured - 1})
+                            "ring_kinds_error": error(ring), "step_at_end_error": error(at_end)})
     return out
 
 
 def _in_run_parts(rec: records.Record) -> dict:
-    """The in-run prediction's error split in two, each over the measured iteration: its start-up
-    profile's compute (forward, backward, step) against the run's own (iteration less waits), and
-    its waits against the run's; and whether that profile's step counts the whole pass outside
-    forward and backward (profiles with ``optimizer_time``) or the optimizer step alone."""
+    """The in-run prediction's error split, over the measured iteration: start-up compute against
+    the run's own, predicted waits against the run's; and whether its step is the whole rest."""
     predicted, profile = rec.prediction, rec.profile
     if not predicted or not profile:
         return {"in_run_compute_gap": None, "in_run_wait_gap": None, "in_run_whole_step": None}
@@ -88,11 +81,8 @@ def _in_run_parts(rec: records.Record) -> dict:
 
 
 def _counterfactuals(rec: dict, profile, skew, ops: list) -> tuple[float | None, float | None]:
-    """For a plan (``ops``: what it launches in a window) with reduce-scatters or all-gathers,
-    the prediction with their real transfer scaled from the all-reduce's as a ring (records with
-    their own probes only); for a plan whose ops apply the step where they complete
-    (SyncOp.steps), with the whole step charged at the iteration's step instead.  None where
-    the run has no such op."""
+    """The prediction with reduce-scatters and all-gathers timed as a ring from the all-reduce's
+    probes, and with the whole step at the iteration's end; None where the plan has no such op."""
     link = rec["extra"]["link"]
     ring = at_end = None
     if link.get("real_transfer_kinds_ms") and any(op.collective != "all_reduce" for op in ops):
@@ -103,13 +93,7 @@ def _counterfactuals(rec: dict, profile, skew, ops: list) -> tuple[float | None,
     return ring, at_end
 
 
-def _job_chunk(segs: dict) -> int:
-    """Iterations of one run per turn in the job these records come from (its spec.json)."""
-    return bp.job_chunk(next(iter(segs.values())))
-
-
 def _interleaving(rows: list[dict]) -> str:
-    """How each ratio's jobs were interleaved, in words."""
     turns = collections.defaultdict(set)
     for r in rows:
         turns[r["chunk"]].add(r["ratio"])
@@ -120,12 +104,11 @@ def _interleaving(rows: list[dict]) -> str:
 
 def write(inputs: list[str], out: str, *, title: str | None = None, made_by: str | None = None,
           mix: bool = False) -> list[str]:
-    """``out``/README.md and accuracy.csv over the benchmark jobs under ``inputs``: benchmark folders
-    (their ``runs/bench.json`` gives the ratio) or folders of them (``ratio<r>/``); ``out``/made.json,
-    where dreamddp-bench accuracy left it, says what ran and how long."""
-    folders = [Path(d) for d in inputs if (Path(d) / "runs" / "bench.json").is_file()]
-    folders += [sub for d in inputs if not (Path(d) / "runs" / "bench.json").is_file()
-                for sub in sorted(Path(d).glob("ratio*")) if (sub / "runs" / "bench.json").is_file()]
+    """README.md and accuracy.csv over benchmark folders (``runs/bench.json`` gives the ratio) or
+    folders of them (``ratio<r>/``); ``out``/made.json, where dreamddp-bench left it, says what ran."""
+    is_bench = lambda d: (Path(d) / "runs" / "bench.json").is_file()  # noqa: E731
+    folders = [Path(d) for d in inputs if is_bench(d)]
+    folders += [sub for d in inputs if not is_bench(d) for sub in sorted(Path(d).glob("ratio*")) if is_bench(sub)]
     benches = [records.bench(d / "runs") for d in folders]
     mixed = records.check_provenance([r for b in benches for r in b.records()], mix, f"report {out}")
     rows = [row for d, b in zip(folders, benches) for row in rows_of(str(d / "runs"), float(b.args["ratio"]))]
@@ -133,13 +116,14 @@ def write(inputs: list[str], out: str, *, title: str | None = None, made_by: str
         raise SystemExit(f"accuracy: no run records under {', '.join(inputs)}")
     made = Path(out) / "made.json"
     ran = json.loads(made.read_text()) if made.is_file() else {"seconds": None, "argv": ["--report-only", "--out", out]}
-    argv, seconds = ran["argv"], ran["seconds"]
+    argv = ran["argv"]
     med, p95, right, ties, n = accuracy(rows)
     readme = write_readme(out, "accuracy.md.j2", title=title or "Simulator accuracy: predicted vs measured iteration time",
-                          mixed=mixed, made_by=made_by or f"dreamddp-bench accuracy {' '.join(argv)}", seconds=seconds,
-                          resumed="--resume" in argv, from_bench="--from-bench" in argv, interleaving=_interleaving(rows),
-                          rows=rows, median=med, p95=p95, right=right, ties=ties, n=n, tie=TIE, ranks=ranking(rows),
-                          over_reps=median_ranking(rows), worst=sorted(rows, key=lambda r: -abs(r["error"]))[:5],
+                          mixed=mixed, made_by=made_by or f"dreamddp-bench accuracy {' '.join(argv)}",
+                          seconds=ran["seconds"], resumed="--resume" in argv, from_bench="--from-bench" in argv,
+                          interleaving=_interleaving(rows), rows=rows, median=med, p95=p95, right=right, ties=ties,
+                          n=n, tie=TIE, ranks=ranking(rows), over_reps=median_ranking(rows),
+                          worst=sorted(rows, key=lambda r: -abs(r["error"]))[:5],
                           regimes=[(job, runs[0]["regime"]) for job, runs in by_job(rows).items()])
     write_csv(os.path.join(out, "accuracy.csv"), rows, [k for k in rows[0] if k != "regime"])  # the README has it
     return [readme, os.path.join(out, "accuracy.csv")]

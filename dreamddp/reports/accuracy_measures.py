@@ -1,7 +1,6 @@
-"""The simulator-accuracy study's measures over its rows (one per timed run: model, ratio, rep,
-algorithm, measured and predicted seconds): the error's median and 95th percentile, and whether
-the predictions order the algorithms as measured, per configuration, by pairs of runs and over
-the repetitions' medians (dreamddp/bench/accuracy.py writes them into its report)."""
+"""The simulator-accuracy study's measures over its rows (one per timed run): the error's median and
+95th percentile, and whether the predictions order the algorithms as measured, per configuration,
+by pairs of runs and over the repetitions' medians."""
 
 from __future__ import annotations
 
@@ -11,14 +10,12 @@ import statistics
 
 from dreamddp.run.summary import quantile
 
-# Two runs measured closer than this are a tie for the ranking: the same algorithm's iteration time
-# moves by 1-3% from one repetition of make bench to the next (results/bench/README.md spreads).
-TIE = 0.02
-FAR = 0.05  # a misordered pair measured this far apart is named in the report, with its runs' compute
+TIE = 0.02  # runs measured closer are a tie: one algorithm moves 1-3% between repetitions of make bench
+FAR = 0.05  # a misordered pair measured this far apart is named, with its runs' compute
 
 
 def by_job(rows: list[dict]) -> dict[tuple, list[dict]]:
-    """The rows of each job (model, ratio, repetition: one configuration), in their order, jobs sorted."""
+    """The rows of each (model, ratio, repetition), in their order, jobs sorted."""
     jobs = collections.defaultdict(list)
     for r in rows:
         jobs[(r["model"], r["ratio"], r["rep"])].append(r)
@@ -26,8 +23,7 @@ def by_job(rows: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def accuracy(rows: list[dict], error: str = "error", predicted: str = "predicted_s") -> tuple:
-    """(median and 95th percentile of the absolute ``error``, configurations ordered right by
-    ``predicted``, right counting ties, configurations)."""
+    """(median, 95th percentile of |``error``|, configurations ordered right, right counting ties, configurations)."""
     errors = [abs(r[error]) for r in rows]
     ranks = ranking(rows, predicted)
     return (statistics.median(errors), quantile(sorted(errors), 0.95), sum(r["right"] for r in ranks),
@@ -35,7 +31,7 @@ def accuracy(rows: list[dict], error: str = "error", predicted: str = "predicted
 
 
 def ranking(rows: list[dict], predicted: str = "predicted_s") -> list[dict]:
-    """Per configuration (model, ratio, repetition): does the ``predicted`` order equal the measured one?"""
+    """Per configuration: does the ``predicted`` order equal the measured one?"""
     out = []
     for cfg, mine in by_job(rows).items():
         swapped = swapped_pairs(mine, predicted)
@@ -47,15 +43,13 @@ def ranking(rows: list[dict], predicted: str = "predicted_s") -> list[dict]:
 
 
 def swapped_pairs(runs: list[dict], predicted: str = "predicted_s") -> list[tuple[dict, dict]]:
-    """The runs of one configuration the ``predicted`` times order the other way round:
-    (a, b) with a measured faster and predicted slower."""
+    """(a, b) of one configuration with a measured faster and predicted slower."""
     return [(a, b) for a in runs for b in runs if a["measured_s"] < b["measured_s"] and a[predicted] > b[predicted]]
 
 
 def pairs(rows: list[dict], predicted: str = "predicted_s") -> dict:
-    """Every two runs of one configuration as a pair: how many the ``predicted`` times order as
-    measured, overall and among the pairs measured at least TIE apart (the repetitions' spread),
-    and the misordered pairs measured FAR or more apart."""
+    """Pairs of runs of one configuration ordered as measured, overall and among those at least TIE
+    apart; and the misordered pairs measured FAR or more apart."""
     counts = collections.Counter()
     far = []
     for cfg, mine in by_job(rows).items():
@@ -63,8 +57,7 @@ def pairs(rows: list[dict], predicted: str = "predicted_s") -> dict:
             for b in mine[i + 1:]:
                 gap = max(a["measured_s"], b["measured_s"]) / min(a["measured_s"], b["measured_s"]) - 1
                 right = (a["measured_s"] < b["measured_s"]) == (a[predicted] < b[predicted])
-                apart = gap >= TIE
-                counts.update({"n": 1, "right": right, "apart": apart, "right_apart": right and apart})
+                counts.update({"n": 1, "right": right, "apart": gap >= TIE, "right_apart": right and gap >= TIE})
                 if not right and gap >= FAR:
                     fast, slow = sorted((a, b), key=lambda r: r["measured_s"])
                     far.append(f"{cfg[0]} {cfg[1]:g} rep {cfg[2]}: {fast['algorithm']} < {slow['algorithm']} "
@@ -74,11 +67,9 @@ def pairs(rows: list[dict], predicted: str = "predicted_s") -> dict:
 
 
 def flipped_elsewhere(rows: list[dict], predicted: str = "predicted_s", min_gap: float = TIE) -> dict:
-    """The misordered pairs measured at least ``min_gap`` apart (TIE: the ones that fail a
-    configuration even counting ties; 0: every one that makes its order inexact): how many of them
-    another repetition of the same model and ratio measured the other way round, as predicted, so
-    that their measured order is itself not stable. ``held``: the others, by pair of algorithms,
-    with their measured gaps; ``gaps``: every miss's measured gap, in the order of ``misses``."""
+    """The misordered pairs measured at least ``min_gap`` apart (``misses``, their ``gaps``); those
+    another repetition measured the other way round (``flipped``: their order is not stable); and
+    the others' gaps by pair of algorithms (``held``)."""
     jobs = by_job(rows)
     times = {job: {r["algorithm"]: r["measured_s"] for r in runs} for job, runs in jobs.items()}
     misses, gaps, flipped, held = [], [], [], collections.defaultdict(list)
@@ -100,11 +91,8 @@ def flipped_elsewhere(rows: list[dict], predicted: str = "predicted_s", min_gap:
 
 
 def median_ranking(rows: list[dict]) -> list[dict]:
-    """Per model and ratio run in more than one repetition: the order of the algorithms' median
-    measured time over the repetitions against the order of their median prediction, each time
-    taken over its own job's scale first (the geometric mean of the job's measured times, which
-    divides both), so a repetition in a slower hour of the host weighs as much as the others:
-    ratios inside one job before their median, as make bench takes its ratios."""
+    """Per model and ratio run in several repetitions: ``ranking`` of the algorithms' medians, each
+    time first over its job's geometric mean measured time, so a slow hour of the host weighs no more."""
     scale = {job: statistics.geometric_mean(r["measured_s"] for r in runs) for job, runs in by_job(rows).items()}
     by_config = collections.defaultdict(lambda: collections.defaultdict(list))
     for r in rows:

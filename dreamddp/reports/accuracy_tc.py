@@ -1,13 +1,8 @@
-"""``dreamddp-bench accuracy --real-link DIR``: the simulator against runs on the real shaped link.
+"""``dreamddp-bench accuracy --real-link DIR``: the simulator against DIR's runs on the shaped (tc) link.
 
-DIR is a ``dreamddp-bench run --link tc`` output.  For each of its tc runs, two predictions of
-the mean iteration time:
-- a-priori: the run's own ``summary.predicted``, made before it trained from its start-up
-  profile and plan alone.  Nothing is tuned on these runs, so every repetition is held out.
-- same-job: the simulator calibrated on the repetition's own measurements (accuracy.py's
-  predicted column: the compute-only runs' compute, the recorded link; dreamddp/reports/accuracy.py).
-The targets (median <= 5 %, 95th percentile <= 10 %) are checked on the a-priori errors.
-"""
+Two predictions per run: a-priori (its own ``summary.predicted``, made before it trained: every
+repetition held out, and the targets are checked on it) and same-job (accuracy.py's, calibrated on
+the repetition's own compute-only runs)."""
 
 from __future__ import annotations
 
@@ -38,11 +33,10 @@ def write(bench_dir: str, out: str, *, title: str | None = None, made_by: str | 
     ratio = json.loads(next(Path(bench_dir).glob("calibration/*/calibration.json")).read_text())["ratio"]
     tc = str(Path(bench_dir) / "tc" / "runs")
     mixed = records.check_provenance(records.bench(tc).records(), mix, f"report {out}")
-    rows = [r for r in rows_of(tc, float(ratio)) if r.get("in_run_s")]
+    rows = [{**r, "apriori_error": r["in_run_s"] / r["measured_s"] - 1} for r in rows_of(tc, float(ratio))
+            if r.get("in_run_s")]
     if not rows:
         raise SystemExit(f"accuracy: no tc run with a prediction under {bench_dir}/tc/runs")
-    for r in rows:
-        r["apriori_error"] = r["in_run_s"] / r["measured_s"] - 1
     med, p95 = _stats([r["apriori_error"] for r in rows])
     same_med, same_p95 = _stats([r["error"] for r in rows])
     table = [{"model": model, "algorithm": label, "runs": len(mine),

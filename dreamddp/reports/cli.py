@@ -1,19 +1,11 @@
 """``dreamddp-results``: run records -> the result card, compact copies, tables, figures, W&B table, provenance.
 
-    dreamddp-results card multirun/2026-12-01/10-00-00 [--figure loss.png] [--csv card.csv]
-    dreamddp-results collect --runs multirun --out results/runs
-    dreamddp-results figures --runs results/runs --out results
-    dreamddp-results tables  --runs results/runs --out results [--metric loss] [--target gpt2/tiny=6.5]
-    dreamddp-results wandb   --runs results/runs --dir multirun/wandb-summary [--mode offline]
-    dreamddp-results scheduler-reference --out results/scheduler     # needs the authors' profiles
-    dreamddp-results index --results results                          # results/README.md
-    dreamddp-results provenance results                               # the folders whose records mix code
+    dreamddp-results card RUNS... [--figure loss.png] [--csv card.csv]
+    dreamddp-results collect|tables|figures|wandb --runs RUNS... [--out results] [--target gpt2/tiny=6.5]
+    dreamddp-results scheduler-reference | index --results results | provenance results
 
-``python -m dreamddp.reports`` is the same program.
-``--runs`` takes directories (searched recursively for run.json and compact
-records), run.json files, or W&B offline run dirs.  ``figures`` writes the
-tables too, so it regenerates everything under --out from the records alone.
-Errors print ``error: <one line>`` and exit with status 2.
+``--runs`` takes directories (searched for run.json and compact records), run.json files or W&B
+offline run dirs; ``figures`` writes the tables too.  Errors print ``error: <one line>``, status 2.
 """
 
 from __future__ import annotations
@@ -22,8 +14,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from dreamddp.reports.card import print_card
 from dreamddp.reports.collect import collect, write_compact
+from dreamddp.reports.figures import make_figures
+from dreamddp.reports.index import write_index
+from dreamddp.reports.records import mixed_folders
+from dreamddp.reports.scheduler import make_scheduler_figures, reference_study
 from dreamddp.reports.tables import HIGHER_IS_BETTER, write_tables
+from dreamddp.reports.wandb_table import log_tables
 
 
 def _targets(items: list[str]) -> dict:
@@ -76,27 +74,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> list[Path]:
     if args.command == "card":
-        from dreamddp.reports.card import print_card
-
         first = Path(args.runs[0])
         figure = None if args.no_figure else args.figure or (first if first.is_dir() else first.parent) / "loss_vs_time.png"
         print_card(args.runs, figure, args.csv, mix=args.mix)
         return []
     if args.command == "provenance":
-        from dreamddp.reports.records import mixed_folders
-
         for folder, found in mixed_folders(Path(args.results)).items():
             print(f"{folder}: " + "; ".join(f"{p.name()} ({len(runs)} runs)" for p, runs in found.items()))
         return []
     if args.command == "index":
-        from dreamddp.reports.index import write_index
-
         if not Path(args.results).is_dir():
             raise FileNotFoundError(f"--results {args.results}: no such folder")
         return [write_index(Path(args.results))]
     if args.command == "scheduler-reference":
-        from dreamddp.reports.scheduler import reference_study
-
         return reference_study(Path(args.out), Path(args.profile) if args.profile else None, args.H)
     statuses = ("completed", "failed", "running", "preempted") if args.include_failed else ("completed",)
     skipped: list[tuple[Path, str]] = []
@@ -110,16 +100,10 @@ def run(args: argparse.Namespace) -> list[Path]:
     if args.command == "collect":
         return write_compact(runs, Path(args.out))
     if args.command == "wandb":
-        from dreamddp.reports.wandb_table import log_tables
-
         return [Path(d) for d in log_tables(runs, Path(args.dir), args.mode, args.project, args.metric, targets)]
-    out = Path(args.out)
-    written = write_tables(runs, out, args.metric, targets)
+    written = write_tables(runs, Path(args.out), args.metric, targets)
     if args.command == "figures":
-        from dreamddp.reports.figures import make_figures
-        from dreamddp.reports.scheduler import make_scheduler_figures
-
-        written += make_figures(runs, out) + make_scheduler_figures(runs, out)
+        written += make_figures(runs, Path(args.out)) + make_scheduler_figures(runs, Path(args.out))
     return written
 
 

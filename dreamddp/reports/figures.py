@@ -1,16 +1,6 @@
-"""The paper's figures as PNG, from compact run records only (matplotlib, Agg).
-
-One function per figure; ``make_figures`` routes each study's runs to its
-figures (study = experiment name without its _cpu/_paper suffix):
-convergence -> evaluation metric vs epoch and vs training time; h_ablation ->
-metric vs iteration and time per (algorithm, H) plus iteration times;
-divergence -> mean divergence vs iteration and per unit at the end; bandwidth
--> iteration time and exposed wait vs link; iteration_time -> compute and
-exposed wait per model and algorithm.  The evaluation metric is accuracy where
-runs have it (image models), else loss.  Epoch = (iteration + 1) x batch size /
-samples per epoch per worker (each worker walks its own shard).  Time = the
-cumulative sum of iteration times (evaluation and start-up excluded).
-"""
+"""The paper's figures as PNG, from compact run records only (matplotlib, Agg): ``FIGURES`` routes
+each study's runs to its figures.  The evaluation metric is accuracy where runs have it, else loss;
+time is the cumulative sum of iteration times (evaluation and start-up excluded)."""
 
 from __future__ import annotations
 
@@ -25,8 +15,8 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
 from dreamddp.algorithms import ALGORITHMS  # noqa: E402
-from dreamddp.reports.records import Record, typed  # noqa: E402
-from dreamddp.reports.tables import algo_order, link_label  # noqa: E402
+from dreamddp.reports.records import Record  # noqa: E402
+from dreamddp.reports.tables import algo_order, by_study, link_label  # noqa: E402
 
 _COLORS = dict(zip(sorted(ALGORITHMS, key=algo_order), plt.get_cmap("tab10").colors))
 _STYLES = {5: ":", 10: "-", 20: "--"}
@@ -44,32 +34,25 @@ def metric_of(runs: list[Record]) -> str:
     return "accuracy" if any("accuracy" in e.values for r in runs for e in r.evaluation) else "loss"
 
 
-def epoch(run: Record, iteration: int) -> float:
-    return run.epoch(iteration)
-
-
-def panel_key(run: Record) -> str:
-    return f"{run.model} on {run.data}\n{run.world} workers, link {link_label(run)}"
+def _order(run: Record) -> tuple:
+    return (algo_order(run.variant), run.H or 0)
 
 
 def _panels(runs: list[Record], n_rows: int = 1, width: float = 5.0, height: float = 3.8):
+    """A figure with a column per (model, data, workers, link): (fig, axes, [(title, its runs)])."""
     groups: dict[str, list[Record]] = defaultdict(list)
     for r in runs:
-        groups[panel_key(r)].append(r)
+        groups[f"{r.model} on {r.data}\n{r.world} workers, link {link_label(r)}"].append(r)
     keys = sorted(groups)
     fig, axes = plt.subplots(n_rows, len(keys), figsize=(width * len(keys), height * n_rows), squeeze=False)
     return fig, axes, [(k, sorted(groups[k], key=_order)) for k in keys]
 
 
-def _order(run: Record) -> tuple:
-    return (algo_order(run.variant), run.H or 0)
-
-
-def _save(fig, path: Path, title: str) -> Path:
+def save(fig, path: Path, title: str, dpi: int = 110) -> Path:
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
 
@@ -89,7 +72,7 @@ def convergence(runs: list[Record], path: Path, x: str = "epoch") -> Path:
         top.set(title=key, xlabel=xlabel, ylabel=f"eval {metric}")
         bottom.set(xlabel=xlabel, ylabel="train loss (per iteration)")
         top.legend(fontsize=8)
-    return _save(fig, path, f"Convergence vs {'epoch' if x == 'epoch' else 'wall-clock training time'}")
+    return save(fig, path, f"Convergence vs {'epoch' if x == 'epoch' else 'wall-clock training time'}")
 
 
 def h_ablation(runs: list[Record], path: Path) -> Path:
@@ -98,19 +81,18 @@ def h_ablation(runs: list[Record], path: Path) -> Path:
     for col, (key, members) in enumerate(panels):
         metric = metric_of(members)
         for r in members:
-            style = _STYLES.get(r.H, "-.")
             for row, xkey in ((0, "iteration"), (1, "elapsed")):
-                axes[row][col].plot([getattr(e, xkey) for e in r.evaluation], [e.get(metric) for e in r.evaluation], style,
-                                    marker="o", ms=3, color=color(r), label=label(r, True))
+                axes[row][col].plot([getattr(e, xkey) for e in r.evaluation], [e.get(metric) for e in r.evaluation],
+                                    _STYLES.get(r.H, "-."), marker="o", ms=3, color=color(r), label=label(r, True))
         axes[0][col].set(title=key, xlabel="iteration", ylabel=f"eval {metric}")
         axes[1][col].set(xlabel="training time (s)", ylabel=f"eval {metric}")
         axes[0][col].legend(fontsize=7)
         ax = axes[2][col]
-        names = [label(r, True) for r in members]
-        ax.bar(names, [r.mean_iteration for r in members], color=[color(r) for r in members])
+        ax.bar([label(r, True) for r in members], [r.mean_iteration for r in members],
+               color=[color(r) for r in members])
         ax.set(ylabel="mean iteration time (s)")
         ax.tick_params(axis="x", rotation=45, labelsize=7)
-    return _save(fig, path, "H ablation")
+    return save(fig, path, "H ablation")
 
 
 def divergence(runs: list[Record], path: Path) -> Path:
@@ -129,7 +111,7 @@ def divergence(runs: list[Record], path: Path) -> Path:
         top.set(title=key, xlabel="iteration", ylabel="mean divergence ||mean_w - w|| / sqrt(numel)")
         bottom.set(xlabel="unit (backward order: output side first)", ylabel="divergence at the last measurement")
         top.legend(fontsize=8)
-    return _save(fig, path, "Parameter divergence across workers")
+    return save(fig, path, "Parameter divergence across workers")
 
 
 def _link_x(run: Record) -> float:
@@ -145,7 +127,6 @@ def bandwidth(runs: list[Record], path: Path) -> Path:
         by_model[f"{r.model}, {r.world} workers"].append(r)
     fig, axes = plt.subplots(2, len(by_model), figsize=(5.5 * len(by_model), 7), squeeze=False)
     for col, (key, members) in enumerate(sorted(by_model.items())):
-        ratio = any(r.bandwidth.get("comm_ratio") for r in members)
         lines: dict[str, list[Record]] = defaultdict(list)
         for r in members:
             lines[label(r, True)].append(r)
@@ -158,11 +139,12 @@ def bandwidth(runs: list[Record], path: Path) -> Path:
         for ax in axes[:, col]:
             ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
             ax.xaxis.set_minor_locator(NullLocator())  # x only: keep the log y axis readable
+        ratio = any(r.bandwidth.get("comm_ratio") for r in members)
         xlabel = "link speed: backward time / all-reduce time (1 / comm_ratio)" if ratio else "link (Gbit/s)"
         axes[0][col].set(title=key, xlabel=xlabel, ylabel="mean iteration time (s)")
         axes[1][col].set(xlabel=xlabel, ylabel="mean exposed wait (s)")
         axes[0][col].legend(fontsize=8)
-    return _save(fig, path, "Bandwidth sweep")
+    return save(fig, path, "Bandwidth sweep")
 
 
 def iteration_time(runs: list[Record], path: Path) -> Path:
@@ -179,7 +161,7 @@ def iteration_time(runs: list[Record], path: Path) -> Path:
         ax.tick_params(axis="x", rotation=45, labelsize=8)
         ax.legend(handles=[Patch(facecolor="white", edgecolor="black", label="compute + other (colour: algorithm)"),
                            Patch(facecolor="lightgrey", hatch="//", edgecolor="grey", label="exposed wait")], fontsize=7)
-    return _save(fig, path, "Iteration time (mean over timed iterations)")
+    return save(fig, path, "Iteration time (mean over timed iterations)")
 
 
 FIGURES = {
@@ -194,11 +176,5 @@ FIGURES = {
 
 def make_figures(runs: list[Record], out_dir: Path) -> list[Path]:
     """Every figure whose study has runs: ``<out>/figures/<figure>[_<scale>].png``."""
-    by_study: dict[tuple, list[Record]] = defaultdict(list)
-    for r in map(typed, runs):
-        by_study[(r.study, r.scale)].append(r)
-    written = []
-    for (study, scale), members in sorted(by_study.items()):
-        for name, draw in FIGURES.get(study, []):
-            written.append(draw(members, out_dir / "figures" / (f"{name}_{scale}.png" if scale else f"{name}.png")))
-    return written
+    return [draw(members, out_dir / "figures" / f"{name}{stem[len(members[0].study):]}.png")  # stem: study[_scale]
+            for stem, members in by_study(runs, skip=()) for name, draw in FIGURES.get(members[0].study, [])]
