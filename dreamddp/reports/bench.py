@@ -75,10 +75,8 @@ def authors_on_ours(segs: dict) -> dict:
 def lateness(rec: records.Record) -> float | None:
     """Median over sampled iterations of the longest a worker was blocked after a collective's link
     deadline: its wait beyond the link model (the slowest rank, the backend's own transfer)."""
-    late = []
-    for r in rec.timed():
-        if events := [max(0.0, min(c - d, b)) for c, d, b in r.collectives if c is not None]:
-            late.append(max(events))
+    late = [max(events) for r in rec.timed()
+            if (events := [max(0.0, min(c - d, b)) for c, d, b in r.collectives if c is not None])]
     return statistics.median(late) if late else None
 
 
