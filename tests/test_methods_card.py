@@ -25,8 +25,8 @@ def test_the_card_pairs_each_method_with_dreamddp_inside_each_repetition(tmp_pat
     assert float(rows["dreamddp"]["wire_x_dreamddp"]) == 1.0 and float(rows["dreamddp"]["train_minus_dreamddp"]) == 0.0
     for label, row in rows.items():
         pairs = [s for s in reps.values() if label in s and "dreamddp" in s]
-        wire = [methods_card.wire_per_iteration(s[label]) / methods_card.wire_per_iteration(s["dreamddp"]) for s in pairs]
-        train = [methods_card.final_train(s[label]) - methods_card.final_train(s["dreamddp"]) for s in pairs]
+        wire = [s[label].wire_per_iteration() / s["dreamddp"].wire_per_iteration() for s in pairs]
+        train = [s[label].final_loss() - s["dreamddp"].final_loss() for s in pairs]
         assert float(row["wire_x_dreamddp"]) == statistics.median(wire)
         assert float(row["train_minus_dreamddp"]) == statistics.median(train)
         assert row["claim"] == ("one average per H steps" if label == "flsgd" else "")

@@ -104,6 +104,12 @@ def test_the_cards_bytes_equal_the_tables_and_the_bench_reports_for_the_same_run
         assert row["wire_mib"][0] == pytest.approx(study[row["algorithm"]])
 
 
+def test_a_folder_without_bench_json_is_refused_naming_it(tmp_path):
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(SystemExit, match=f"report: {tmp_path / 'runs'}: no bench.json"):
+        write_report("bench", str(tmp_path), [str(tmp_path)])
+
+
 def test_an_unknown_report_kind_or_a_missing_input_is_refused_before_anything_is_read(tmp_path):
     with pytest.raises(ValueError, match="report kind 'nope'"):
         write_report("nope", str(tmp_path), [str(tmp_path)])

@@ -1,12 +1,10 @@
 """Reports: run records -> the result card, tables, figures and every README under results/.
-
-``write_report`` is the one entry point other code calls; records.py is the typed reader (the
-one place a record's keys are read), templates/ hold the words.  Old modules: results/ (cli =
-``dreamddp-results``) and the report writers of bench/ live here now.
-"""
+``write_report`` is the one entry point other code calls; records.py is the typed reader (the one
+place a record's keys are read), templates/ hold the words."""
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
 
 KINDS = ("bench", "tc", "sweep", "methods_card", "accuracy", "accuracy_tc", "gpu")
@@ -26,32 +24,18 @@ def write_report(kind: str, out: str, inputs: list[str], *, claims: dict[str, st
         if not Path(d).is_dir():
             raise FileNotFoundError(f"report {kind}: input {d}: no such folder")
     opts = {"title": title, "made_by": made_by, "mix": mix}
+    # imported here: the writers import dreamddp.bench, which imports this package
+    writer = import_module(f"dreamddp.reports.{'methods' if kind == 'methods_card' else kind}")
     if kind == "bench":
-        from dreamddp.reports import bench
-
-        runs = str(Path(inputs[0]) / "runs")
-        bench.write(runs, out, title=title, made_by_line=made_by, mix=mix)
-        return [str(Path(out) / name) for name in ("README.md", "bench.csv", "loss_vs_time.png") if (Path(out) / name).is_file()]
+        writer.write(str(Path(inputs[0]) / "runs"), out, title=title, made_by_line=made_by, mix=mix)
+        made = [Path(out) / name for name in ("README.md", "bench.csv", "loss_vs_time.png")]
+        return [str(p) for p in made if p.is_file()]
     if kind == "tc":
-        from dreamddp.reports import tc
-
-        return tc.write_all(inputs[0], out, **opts)
-    if kind == "sweep":
-        from dreamddp.reports import sweep
-
-        return sweep.write(inputs[0], out, **opts)
+        return writer.write_all(inputs[0], out, **opts)
+    if kind in ("sweep", "accuracy_tc"):
+        return writer.write(inputs[0], out, **opts)
     if kind == "methods_card":
-        from dreamddp.reports import methods
-
-        return methods.write(inputs[0], inputs[1], out, claims=claims or {}, **opts)
+        return writer.write(inputs[0], inputs[1], out, claims=claims or {}, **opts)
     if kind == "accuracy":
-        from dreamddp.reports import accuracy
-
-        return accuracy.write(inputs, out, **opts)
-    if kind == "accuracy_tc":
-        from dreamddp.reports import accuracy_tc
-
-        return accuracy_tc.write(inputs[0], out, **opts)
-    from dreamddp.reports import gpu
-
-    return gpu.write(Path(inputs[0]), Path(inputs[1]), **opts)
+        return writer.write(inputs, out, **opts)
+    return writer.write(Path(inputs[0]), Path(inputs[1]), **opts)

@@ -1,19 +1,6 @@
-"""The result card: algorithms side by side, from run records alone.
-
-    dreamddp-results card RUNS... [--figure loss_vs_time.png] [--csv card.csv] [--mix]
-
-``RUNS`` are run directories, run.json files, compact records or a sweep or
-benchmark folder (searched recursively, as ``collect`` does).  Runs are grouped
-into blocks of one model, data set and worker count; in each block one row per
-algorithm, at most 8 columns: runs, mean iteration time, speedup over S-SGD and
-over FLSGD (their time over this one's), exposed wait, wire bytes per worker per
-iteration (records.py: the one definition) and the final training loss (the mean
-of the last ``SMOOTH`` iterations); a column n/a in every row is left out.  Where
-an algorithm ran several times (repetitions, seeds) a value is the median with
-the min-max spread in brackets, and a speedup is taken run against run of the
-same seed before its median.  A benchmark's compute-only and engine-overhead runs
-(ideal link beside paced ones), its calibration and memory runs are left out.
-The figure plots the smoothed training loss against training seconds.
+"""The result card, ``dreamddp-results card RUNS... [--figure F] [--csv F] [--mix]``: one block per model,
+data set and worker count, a row per algorithm (at most 8 columns, an all-n/a one left out); a speedup
+is taken run against run of the same seed before its median.  A benchmark's side runs are left out.
 """
 
 from __future__ import annotations
@@ -42,8 +29,7 @@ def records_of(runs: list[dict]) -> list[Record]:
     out = []
     for run in runs:
         source = Path(run.get("source") or "")
-        label = source.name if re.fullmatch(r"rep\d+", source.parent.name) else None
-        out.append(Record.of(run, str(source), label))
+        out.append(Record.of(run, str(source), source.name if re.fullmatch(r"rep\d+", source.parent.name) else None))
     return out
 
 
@@ -66,15 +52,16 @@ def blocks(records: list[Record]) -> dict[tuple, dict[str, list[Record]]]:
     for r in records:
         if r.label != "calibration" and not r.label.endswith("@memory"):
             by_block[(r.summary.get("model", r.model), r.data, r.world)].append(r)
-    out: dict[tuple, dict[str, list[Record]]] = defaultdict(lambda: defaultdict(list))
+    out = {}
     for key, members in by_block.items():
         _unique_labels(members)  # within the block: another model's options are not a variant
+        by_label = defaultdict(list)
         for r in members:
-            out[key][r.label].append(r)
-    for key, by_label in out.items():  # beside paced runs, ideal-link ones are another regime
-        if any(r.paced for rs in by_label.values() for r in rs):
-            out[key] = defaultdict(list, {lb: rs for lb, rs in by_label.items() if all(r.paced for r in rs)})
-    return {k: dict(v) for k, v in out.items()}
+            by_label[r.label].append(r)
+        if any(r.paced for r in members):  # beside paced runs, ideal-link ones are another regime
+            by_label = {lb: rs for lb, rs in by_label.items() if all(r.paced for r in rs)}
+        out[key] = dict(by_label)
+    return out
 
 
 def _speedup(base: list[Record], runs: list[Record]):
@@ -160,8 +147,8 @@ def write_figure(records: list[Record], path: Path) -> Path:
         for i, (label, rs) in enumerate(by_label.items()):
             for k, r in enumerate(rs):
                 points = train_loss_points(r.iterations)
-                ax.plot([p[0] for p in points], [p[1] for p in points], color=f"C{i % 10}", alpha=0.9 if k == 0 else 0.4,
-                        label=label if k == 0 else None)
+                ax.plot([p[0] for p in points], [p[1] for p in points], color=f"C{i % 10}",
+                        alpha=0.9 if k == 0 else 0.4, label=label if k == 0 else None)
         ax.set(title=f"{model} on {data}, {workers} workers", xlabel="training seconds",
                ylabel=f"training loss (mean of last {SMOOTH})")
         ax.legend(fontsize=8)
@@ -179,11 +166,8 @@ def write_card_csv(records: list[Record], path: Path) -> Path:
         for r in rows:
             row = {"model": model, "data": data, "workers": workers}
             for k in COLUMNS:
-                v = r[k]
-                if isinstance(v, tuple):
-                    row.update({k: v[0], f"{k}_min": v[1], f"{k}_max": v[2]})
-                else:
-                    row.update({k: v} if k in ("algorithm", "runs") else {k: v, f"{k}_min": v, f"{k}_max": v})
+                row.update({k: r[k]} if k in ("algorithm", "runs") else
+                           dict(zip((k, f"{k}_min", f"{k}_max"), r[k] or (None, None, None))))
             flat.append(row)
     write_csv(path, flat)
     return path

@@ -1,14 +1,8 @@
 """``dreamddp-bench card TIME QUALITY --out DIR``: the methods the field moved to, one card per link rate.
 
-TIME is a ``dreamddp-bench run`` folder at one comm/backward ratio (``make bench-methods``'
-``results/bench/methods/time/ratio<r>``: the compute presets); QUALITY is the same methods
-trained for longer on the small presets, one seed per repetition
-(``results/bench/methods/quality``).  Per model, one row per method: its iteration time and the
-bytes it puts on the wire per iteration at that ratio, each over DreamDDP's inside one
-repetition; its final training and evaluation loss at equal iterations, and their difference
-from DreamDDP's in the same seed; the training seconds to the quality runs' loss target (those
-ran at their own ratio, which the card names); and the claim of the method's source paper,
-to read the measured columns against (passed in: a study file holds them, ``--claims``).  Medians over repetitions, min-max in brackets.
+TIME is a ``dreamddp-bench run`` folder at one comm/backward ratio (iteration time, wire bytes);
+QUALITY the same methods trained longer, one seed per repetition (losses, time to target).  Each
+is taken against DreamDDP's inside one repetition, beside the method's paper's claim (``--claims``).
 """
 
 from __future__ import annotations
@@ -20,30 +14,12 @@ from pathlib import Path
 from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
 from dreamddp.reports import records
-from dreamddp.reports.render import table as render_table
-from dreamddp.reports.render import write_readme
+from dreamddp.reports.render import spread_table, write_readme
 from dreamddp.bench.segments import TIMED
-from dreamddp.reports.spread import fmt_spread, median_spread
+from dreamddp.reports.spread import median_spread, medians
 from dreamddp.reports.target import SMOOTH
 
 REFERENCE = report.REFERENCE  # DreamDDP
-
-
-def _records(reps: dict, label: str) -> list[records.Record]:
-    return [s[label] for s in reps.values() if label in s]
-
-
-def wire_per_iteration(rec: records.Record) -> float:
-    """Wire bytes per worker per timed iteration (records.py: the one definition)."""
-    return rec.wire_per_iteration()
-
-
-def final_train(rec: records.Record) -> float:
-    return rec.final_loss()
-
-
-def final_eval(rec: records.Record) -> float | None:
-    return rec.final_eval()
 
 
 def _difference(reps: dict, label: str, of):
@@ -60,17 +36,18 @@ def rows(time_runs: str, quality_runs: str, claims: dict[str, str] | None = None
         target, ttt = report.times_to_target(qreps) if qreps else (None, {})
         labels = [lb for reps in (treps, qreps) for s in reps.values() for lb in s if lb in TIMED]
         for label in records.ordered(labels):
-            tmine, qmine = _records(treps, label), _records(qreps, label)
+            tmine = [s[label] for s in treps.values() if label in s]
+            qmine = [s[label] for s in qreps.values() if label in s]
             out.append({
                 "model": model, "method": label, "time_reps": len(tmine), "quality_reps": len(qmine),
                 "iteration_s": median_spread(r.mean_iteration for r in tmine),
                 "x_dreamddp": report.ratio_over(treps, label, REFERENCE),
                 "wire_mib": median_spread(r.wire_per_iteration() / 2**20 for r in tmine),
-                "wire_x_dreamddp": report.ratio_over(treps, label, REFERENCE, of=wire_per_iteration),
+                "wire_x_dreamddp": report.ratio_over(treps, label, REFERENCE, of=records.Record.wire_per_iteration),
                 "train_loss": median_spread(r.final_loss() for r in qmine),
-                "train_minus_dreamddp": _difference(qreps, label, final_train),
+                "train_minus_dreamddp": _difference(qreps, label, records.Record.final_loss),
                 "eval_loss": median_spread(r.final_eval() for r in qmine),
-                "eval_minus_dreamddp": _difference(qreps, label, final_eval),
+                "eval_minus_dreamddp": _difference(qreps, label, records.Record.final_eval),
                 "loss_target": target, "time_to_target_s": median_spread(ttt.get(label, [])),
                 "claim": (claims or {}).get(label, ""),
             })
@@ -80,42 +57,37 @@ def rows(time_runs: str, quality_runs: str, claims: dict[str, str] | None = None
 def write(time_dir: str, quality_dir: str, out: str, *, claims: dict[str, str] | None = None, title: str | None = None,
           made_by: str | None = None, mix: bool = False) -> list[str]:
     time_runs, quality_runs = str(Path(time_dir) / "runs"), str(Path(quality_dir) / "runs")
-    for d in (time_runs, quality_runs):
-        if not (Path(d) / "bench.json").is_file():
-            raise SystemExit(f"card: {d}: no bench.json (not a folder dreamddp-bench run wrote)")
-    tbench, qbench = records.bench(time_runs), records.bench(quality_runs)
+    tbench, qbench = records.bench_of(time_runs, "card"), records.bench_of(quality_runs, "card")
     mixed = records.check_provenance(tbench.records() + (qbench.records() if quality_runs != time_runs else []),
                                      mix, f"card {out}")
     table = rows(time_runs, quality_runs, claims)
-    same = Path(time_dir).resolve() == Path(quality_dir).resolve()
     models = []
     for model in dict.fromkeys(r["model"] for r in table):
         mine = [r for r in table if r["model"] == model]
         target = mine[0]["loss_target"]
-        card = render_table(["method", "iteration s", "x DreamDDP", "wire MiB/it", "train loss", "eval loss",
-                             f"time to loss {target:.3f} (s)" if target is not None else "time to target (s)",
-                             "the paper's claim"],
-                            [[r["method"], fmt_spread(r["iteration_s"]), fmt_spread(r["x_dreamddp"], 2),
-                              fmt_spread(r["wire_mib"], 3), fmt_spread(r["train_loss"], 3), fmt_spread(r["eval_loss"], 3),
-                              fmt_spread(r["time_to_target_s"], 1), r["claim"]] for r in mine])
-        against = render_table(["method", "wire x DreamDDP", "train - DreamDDP", "eval - DreamDDP"],
-                               [[r["method"], fmt_spread(r["wire_x_dreamddp"], 3), fmt_spread(r["train_minus_dreamddp"], 3),
-                                 fmt_spread(r["eval_minus_dreamddp"], 3)] for r in mine])
+        ttt = f"time to loss {target:.3f} (s)" if target is not None else "time to target (s)"
+        card = spread_table(mine, [("method", "method", None), ("iteration s", "iteration_s", 3),
+                                   ("x DreamDDP", "x_dreamddp", 2), ("wire MiB/it", "wire_mib", 3),
+                                   ("train loss", "train_loss", 3), ("eval loss", "eval_loss", 3),
+                                   (ttt, "time_to_target_s", 1), ("the paper's claim", "claim", None)])
+        against = spread_table(mine, [("method", "method", None), ("wire x DreamDDP", "wire_x_dreamddp", 3),
+                                      ("train - DreamDDP", "train_minus_dreamddp", 3),
+                                      ("eval - DreamDDP", "eval_minus_dreamddp", 3)])
         models.append({"name": model, "card": card, "against": against})
     ratio = float(tbench.args.get("ratio"))
-    readme = write_readme(out, "methods_card.md.j2", title=title or f"The methods the field moved to, at comm/backward {ratio:g}",
+    readme = write_readme(out, "methods_card.md.j2", title=title,
                           mixed=mixed, made_by=made_by or f"dreamddp-bench card {time_dir} {quality_dir} --out {out}",
-                          time_dir=time_dir, quality_dir=quality_dir, same=same, ratio=ratio,
+                          time_dir=time_dir, quality_dir=quality_dir, ratio=ratio,
+                          same=Path(time_dir).resolve() == Path(quality_dir).resolve(),
                           qratio=float(qbench.args.get("ratio")), iterations=qbench.args.get("iterations"),
                           rel_time=os.path.relpath(time_dir, out), rel_quality=os.path.relpath(quality_dir, out),
                           smooth=SMOOTH, models=models)
-    write_csv(Path(out) / "card.csv", [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()} for r in table])
+    write_csv(Path(out) / "card.csv", medians(table))
     return [readme, str(Path(out) / "card.csv")]
 
 
 def load_claims(path: str | None) -> dict[str, str]:
-    """{method: its source paper's claim} from a YAML/JSON file: the mapping itself, or a study
-    file's ``claims`` key."""
+    """{method: its source paper's claim} from a YAML/JSON file: the mapping, or a study file's ``claims``."""
     if not path:
         return {}
     import yaml

@@ -1,27 +1,9 @@
 """The typed reader of run records and benchmark folders: the one place a report reads a record's keys.
 
-A run record (``run.json``, dreamddp/run/record.py; or its compact copy, collect.py) becomes a
-``Record``: its label, algorithm (name and the options that make it a variant), model, bandwidth,
-world size, status, provenance, typed iteration rows, evaluations, memory, profile, prediction and
-the rest of ``extra``.  A benchmark folder (``dreamddp-bench run``'s ``<dir>/runs/``: spec.json and
-bench.json beside ``<model>/rep<k>/<label>/run.json``) becomes a ``Bench``.
-
-Bytes, one definition: a report's bytes are *wire bytes per worker per iteration*, what this worker
-puts on the link (compressed payloads at their encoded size), as the link, the simulator and the
-engine's ``wire_bytes`` charge them: ``ring_factor(kind, n) x`` the collective's flat tensor.  A
-row's ``bytes`` is that flat tensor's size (the *payload*), which is not what is sent: an all-reduce
-on n workers sends 2(n-1)/n of it (1x at 2 workers), an all-gather (n-1)/n of the gathered buffer,
-which holds every worker's payload.  That is why top-k on GPT-2 at ratio 7 recorded 0.060 MiB of
-``bytes`` per iteration and the methods card 0.030 wire MiB: its compressed payloads travel by
-all-gather, and at 2 workers a worker sends half of the gathered buffer (its own part).  Reports
-show ``wire_mib`` (``Record.wire_per_iteration``); where the payload helps it is its own column
-named "payload MiB/it".  Records made before the engine kept ``wire_bytes`` count ``bytes`` (their
-algorithms all-reduced, at 2 workers the same figure).
-
-Provenance: old records carry ``git_sha`` alone; newer ones a ``provenance`` mapping
-(git_sha, dirty, source digest).  ``check_provenance`` refuses records of different code in one
-report (another commit, another source digest, or uncommitted code no digest names) unless it is
-asked to mix them, and then names each version and its runs.
+Bytes: a report shows *wire bytes per worker per iteration* (``Record.wire_per_iteration``), what
+the link, simulator and engine charge; a row's ``bytes`` is the collective's flat tensor (the
+payload): an all-gather's holds every worker's part.  Records older than ``wire_bytes`` count bytes.
+Provenance: ``check_provenance`` refuses records of different code in one report unless mixing.
 """
 
 from __future__ import annotations
@@ -31,6 +13,7 @@ import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from dreamddp.algorithms import ALGORITHMS
@@ -46,8 +29,7 @@ def _display(name: str | None):
 
 
 def variant(algo: dict) -> str:
-    """A run's algorithm as reports name it (``config.algo`` -> dreamddp+overlap, a recipe's name):
-    the algorithm's own ``variant`` (dreamddp/algorithms), the name a user types to run it."""
+    """A run's algorithm as a user types it (``config.algo`` -> dreamddp+overlap, a recipe's name)."""
     cls = ALGORITHMS.get(algo["name"])
     return cls.variant(algo) if cls is not None else algo["name"]
 
@@ -63,23 +45,6 @@ def ordered(labels) -> list[str]:
     return sorted(dict.fromkeys(labels), key=order)
 
 
-def periodic(name: str) -> bool:
-    display = _display(name)
-    return bool(display and display.periodic)
-
-
-def authors_keys() -> dict[str, str]:
-    """{algorithm: the DreamDDP artifact's name for it} (modelled_times.json), DreamDDP's own left out."""
-    keys = {name: _display(name).authors_key for name in ALGORITHMS if _display(name).authors_key}
-    return {k: v for k, v in sorted(keys.items(), key=lambda kv: order(kv[0])) if k != "dreamddp"}
-
-
-def authors_key(label: str) -> str | None:
-    """The DreamDDP artifact's name for an algorithm (modelled_times.json), None if it has none."""
-    display = _display(label)
-    return display.authors_key if display is not None else None
-
-
 # ---- the typed record ----
 
 @dataclass(frozen=True)
@@ -90,7 +55,7 @@ class Provenance:
 
     @classmethod
     def of(cls, raw: dict) -> "Provenance":
-        p = raw.get("provenance") or {}
+        p = raw.get("provenance") or {}  # old records carry git_sha alone
         return cls(p.get("git_sha", raw.get("git_sha")), p.get("dirty"), p.get("source"))
 
     def name(self) -> str:
@@ -107,7 +72,7 @@ class Row:
     forward: float = 0.0
     backward: float = 0.0
     loss: float | None = None
-    bytes: float = 0.0  # payload: the collectives' flat tensors (module docstring)
+    bytes: float = 0.0  # payload: the collectives' flat tensors
     wire_bytes: float | None = None  # what this worker sent (None: an old record)
     elapsed: float | None = None  # compact records: training seconds up to this row
     collectives: tuple = ()  # sampled rows: (complete, deadline, blocked) per collective, seconds in the iteration
@@ -121,7 +86,8 @@ class Row:
         events = tuple((e.get("complete"), e.get("deadline"), e.get("blocked", 0.0))
                        for e in (r.get("timeline") or {}).get("collectives", []))
         return cls(r.get("iteration", 0), r.get("time", 0.0), r.get("wait", 0.0), r.get("forward", 0.0),
-                   r.get("backward", 0.0), r.get("loss"), r.get("bytes", 0), r.get("wire_bytes"), r.get("elapsed"), events)
+                   r.get("backward", 0.0), r.get("loss"), r.get("bytes", 0), r.get("wire_bytes"), r.get("elapsed"),
+                   events)
 
 
 @dataclass(frozen=True)
@@ -136,7 +102,8 @@ class Eval:
 
     @classmethod
     def of(cls, e: dict) -> "Eval":
-        return cls(e.get("iteration", 0), e.get("elapsed"), {k: v for k, v in e.items() if k not in ("iteration", "elapsed")})
+        return cls(e.get("iteration", 0), e.get("elapsed"),
+                   {k: v for k, v in e.items() if k not in ("iteration", "elapsed")})
 
 
 @dataclass(frozen=True)
@@ -149,133 +116,71 @@ class Divergence:
     @classmethod
     def of(cls, d: dict) -> "Divergence":
         per_unit = d.get("per_unit") or {}
-        return cls(d.get("iteration", 0), d.get("mean"), list(per_unit.values()) if isinstance(per_unit, dict) else list(per_unit))
+        return cls(d.get("iteration", 0), d.get("mean"),
+                   list(per_unit.values()) if isinstance(per_unit, dict) else list(per_unit))
 
 
 @dataclass
 class Record:
-    label: str
-    algo: str
-    options: dict  # config.algo: the options that make the run a variant
-    model: str  # name/size
-    data: str
-    bandwidth: dict
-    world: int
-    status: str
-    provenance: Provenance
-    iterations: list[Row]
-    evaluation: list[Eval]
-    memory: dict | None
-    profile: dict | None
-    prediction: dict | None  # summary.predicted: the run's own a-priori prediction
-    summary: dict
-    extra: dict
+    """A run record, typed: the one place a report reads a record's keys."""
+    raw: dict = field(repr=False)  # the door through which the analysis (predict.py) reads what is not typed
     path: str | None = None  # the run's folder (or compact record file)
-    start_time: float | None = None
-    end_time: float | None = None
-    # the raw mapping, for the simulator's record-level API (dreamddp/prediction.py, predict.py):
-    # the one door through which the analysis reads what this class does not type
-    raw: dict = field(default_factory=dict, repr=False)
-    divergence: list[Divergence] = field(default_factory=list)
+    label: str = ""
 
     @classmethod
     def of(cls, raw: dict, path: str | None = None, label: str | None = None) -> "Record":
-        config, extra, summary = raw.get("config") or {}, raw.get("extra") or {}, raw.get("summary") or {}
-        algo, model = config.get("algo") or {"name": "?"}, config.get("model") or {}
-        world = int(summary.get("workers") or extra.get("world_size") or 0)
-        return cls(label or variant(algo), algo.get("name", "?"), dict(algo), f"{model.get('name')}/{model.get('size')}",
-                   (config.get("data") or {}).get("name", "?"), config.get("bandwidth") or {}, world,
-                   raw.get("status", "?"), Provenance.of(raw), [Row.of(r) for r in raw.get("iterations", [])],
-                   [Eval.of(e) for e in raw.get("evals") or []], extra.get("memory"), extra.get("profile"),
-                   summary.get("predicted"), summary, extra, path, raw.get("start_time"), raw.get("end_time"), raw,
-                   [Divergence.of(d) for d in raw.get("divergence") or []])
+        return cls(raw, path, label or variant((raw.get("config") or {}).get("algo") or {"name": "?"}))
+
+    config = property(lambda self: self.raw.get("config") or {})
+    summary = property(lambda self: self.raw.get("summary") or {})
+    extra = property(lambda self: self.raw.get("extra") or {})
+    options = property(lambda self: dict(self.config.get("algo") or {"name": "?"}))  # what makes the run a variant
+    algo = property(lambda self: self.options.get("name", "?"))
+    model = property(lambda self: "/".join(str((self.config.get("model") or {}).get(k)) for k in ("name", "size")))
+    data = property(lambda self: (self.config.get("data") or {}).get("name", "?"))
+    bandwidth = property(lambda self: self.config.get("bandwidth") or {})
+    world = property(lambda self: int(self.summary.get("workers") or self.extra.get("world_size") or 0))
+    status = property(lambda self: self.raw.get("status", "?"))
+    provenance = property(lambda self: Provenance.of(self.raw))
+    iterations = cached_property(lambda self: [Row.of(r) for r in self.raw.get("iterations", [])])
+    evaluation = cached_property(lambda self: [Eval.of(e) for e in self.raw.get("evals") or []])
+    divergence = cached_property(lambda self: [Divergence.of(d) for d in self.raw.get("divergence") or []])
+    memory = property(lambda self: self.extra.get("memory"))
+    profile = property(lambda self: self.extra.get("profile"))
+    prediction = property(lambda self: self.summary.get("predicted"))  # the run's own a-priori prediction
+    start_time = property(lambda self: self.raw.get("start_time"))
+    end_time = property(lambda self: self.raw.get("end_time"))
+    variant = property(lambda self: variant(self.options))
+    name = property(lambda self: self.raw.get("name") or self.label)
+    study = property(lambda self: self.raw.get("study", ""))  # a compact record's (collect.study_of)
+    scale = property(lambda self: self.raw.get("scale", ""))
+    seed = property(lambda self: self.config.get("seed"))
+    link = property(lambda self: self.extra.get("link") or {})
+    paced = property(lambda self: self.link.get("backend", "ideal") != "ideal")
+    mean_iteration = property(lambda self: self.summary["mean_iteration_time"])
+    mean_wait = property(lambda self: self.summary["mean_wait"])
+    # the run's own a-priori mean iteration (made before it trained), None if it made none
+    predicted_mean = property(lambda self: (self.prediction or {}).get("mean_iteration_time"))
+    peak_bytes = property(lambda self: (self.memory or {}).get("peak_bytes"))
+    # a delayed-merge plan's late collectives per window position (None without a delay)
+    delayed = property(lambda self: (self.extra.get("algorithm") or {}).get("delayed"))
+    units = property(lambda self: [(u["name"], u["numel"]) for u in self.extra.get("units", [])])  # backward order
 
     @property
-    def variant(self) -> str:
-        return variant(self.options)
-
-    @property
-    def name(self) -> str:
-        return self.raw.get("name") or self.label
-
-    @property
-    def batch_size(self) -> int | None:
-        return ((self.raw.get("config") or {}).get("train") or {}).get("batch_size")
+    def H(self) -> int | None:
+        display = _display(self.algo)
+        return int(self.options["H"]) if display and display.periodic and self.options.get("H") is not None else None
 
     def epoch(self, iteration: int) -> float:
         """Epochs of this worker's shard done after ``iteration`` (each worker walks its own shard)."""
         per_worker = self.extra.get("samples_per_epoch_per_worker")
         if not per_worker:
             raise ValueError(f"run {self.name}: no samples_per_epoch_per_worker in its record")
-        return (iteration + 1) * self.batch_size / per_worker
+        return (iteration + 1) * (self.config.get("train") or {}).get("batch_size") / per_worker
 
-    @property
-    def study(self) -> str:
-        """A compact record's study and scale (collect.study_of of its experiment)."""
-        return self.raw.get("study", "")
-
-    @property
-    def scale(self) -> str:
-        return self.raw.get("scale", "")
-
-    @property
-    def seed(self):
-        return (self.raw.get("config") or {}).get("seed")
-
-    @property
-    def H(self) -> int | None:
-        return int(self.options["H"]) if periodic(self.algo) and self.options.get("H") is not None else None
-
-    @property
-    def paced(self) -> bool:
-        return (self.extra.get("link") or {}).get("backend", "ideal") != "ideal"
-
-    @property
-    def link(self) -> dict:
-        return self.extra.get("link") or {}
-
-    @property
-    def mean_iteration(self) -> float:
-        return self.summary["mean_iteration_time"]
-
-    @property
-    def mean_wait(self) -> float:
-        return self.summary["mean_wait"]
-
-    @property
-    def mean_backward(self) -> float:
-        return self.summary["mean_backward"]
-
-    @property
-    def predicted_mean(self) -> float | None:
-        """The run's own a-priori mean iteration (made before it trained), None if it made none."""
-        return (self.prediction or {}).get("mean_iteration_time")
-
-    @property
-    def peak_bytes(self) -> float | None:
-        return (self.memory or {}).get("peak_bytes")
-
-    @property
-    def memory_note(self) -> str:
-        return (self.memory or {}).get("note") or ""
-
-    @property
-    def carrier(self) -> str:
-        return self.link.get("carrier", "eager")
-
-    @property
-    def delayed(self) -> list | None:
-        """A delayed-merge plan's late collectives per window position (None without a delay)."""
-        return (self.extra.get("algorithm") or {}).get("delayed")
-
-    @property
-    def units(self) -> list[tuple[str, int]]:
-        """(unit, parameters) in backward order."""
-        return [(u["name"], u["numel"]) for u in self.extra.get("units", [])]
-
-    def calibration(self) -> "Calibration":
-        """The link calibration of the job this benchmark segment ran in (its rep folder's)."""
-        return Calibration.of(json.loads((Path(self.path).parent / "calibration.json").read_text()))
+    def calibration(self) -> dict:
+        """The link calibration (gbps, model_bytes, ratio, backward_s) of the job this benchmark segment ran in."""
+        return json.loads((Path(self.path).parent / "calibration.json").read_text())
 
     def timed(self) -> list[Row]:
         """The rows after the warm-up the summary leaves out (dreamddp/run/summary.py)."""
@@ -288,8 +193,8 @@ class Record:
         return statistics.fmean(getattr(r, field) for r in self.timed())
 
     def wire_per_iteration(self) -> float:
-        """Wire bytes per worker per timed iteration (the module's one definition); a record made
-        before rows kept ``wire_bytes`` gives its summary's bytes (module docstring)."""
+        """Wire bytes per worker per timed iteration; a record made before rows kept ``wire_bytes``
+        gives its summary's payload (its algorithms all-reduced: at 2 workers the same figure)."""
         rows = self.timed()
         if not rows or any(r.wire_bytes is None for r in rows):
             return self.payload_per_iteration() if self.summary.get("bytes_per_iteration") is not None else \
@@ -313,35 +218,13 @@ def typed(run) -> Record:
     return run if isinstance(run, Record) else Record.of(run, run.get("source"))
 
 
-def read(path: str | Path, label: str | None = None) -> Record:
-    path = Path(path)
-    file = path / "run.json" if path.is_dir() else path
-    return Record.of(json.loads(file.read_text()), str(file.parent), label)
-
-
 # ---- a benchmark folder ----
-
-@dataclass(frozen=True)
-class Calibration:
-    """A job's link calibration (``<rep>/calibration.json``): the rate set for ``ratio``."""
-    gbps: float
-    model_bytes: float
-    ratio: float
-    backward_s: float
-
-    @classmethod
-    def of(cls, d: dict) -> "Calibration":
-        return cls(d.get("gbps"), d.get("model_bytes"), d.get("ratio"), d.get("backward_s"))
-
 
 @dataclass
 class Bench:
-    """``dreamddp-bench run``'s ``<dir>/runs/``: its arguments (bench.json), its job spec and
+    """``dreamddp-bench run``'s ``<dir>/runs/``: its arguments (bench.json) and
     ``runs[model][rep][label]`` of every completed segment."""
-    root: str
     args: dict
-    seconds: float | None
-    spec: dict
     runs: dict
 
     def records(self) -> list[Record]:
@@ -360,50 +243,41 @@ def raw_reps(reps: dict) -> dict:
 def bench(runs_dir: str | Path) -> Bench:
     root = Path(runs_dir)
     made = root / "bench.json"
-    meta = json.loads(made.read_text()) if made.is_file() else {}
-    spec = next(iter(sorted(root.glob("*/rep*/spec.json"))), None)
     runs: dict = {}
     for path in sorted(root.glob("*/rep*/*/run.json")):
-        rec = read(path, path.parts[-2])
+        rec = Record.of(json.loads(path.read_text()), str(path.parent), path.parts[-2])
         rec.raw["_dir"] = rec.path  # the analysis finds the job's profile and spec beside it
         if rec.status == "completed":
             runs.setdefault(path.parts[-4], {}).setdefault(int(path.parts[-3][3:]), {})[rec.label] = rec
-    return Bench(str(root), meta.get("args") or {}, meta.get("seconds"),
-                 json.loads(spec.read_text()) if spec else {}, runs)
+    return Bench((json.loads(made.read_text()) if made.is_file() else {}).get("args") or {}, runs)
+
+
+def bench_of(runs_dir: str | Path, what: str, kind: str = "a folder dreamddp-bench run wrote") -> Bench:
+    """``bench(runs_dir)``, refused in one line where it has no bench.json."""
+    if not (Path(runs_dir) / "bench.json").is_file():
+        raise SystemExit(f"{what}: {runs_dir}: no bench.json (not {kind})")
+    return bench(runs_dir)
 
 
 # ---- provenance across one report ----
 
-class MixedCode(SystemExit):
-    """Records of different code in one report (the message names them)."""
-
-
 def versions(records) -> dict[Provenance, list[str]]:
-    """{code version: the runs (labels or paths) made by it}, in the order first met."""
+    """{code version: its runs, named by setting, model, repetition and label}, in the order first met."""
     out: dict[Provenance, list[str]] = defaultdict(list)
     for r in records:
-        out[r.provenance].append(_where(r))
+        out[r.provenance].append("/".join([p for p in Path(r.path or r.label).parts if p != "runs"][-4:]))
     return dict(out)
-
-
-def _where(r: Record) -> str:
-    """A run as the provenance lines name it: its setting, model, repetition and label."""
-    parts = [p for p in Path(r.path or r.label).parts if p != "runs"]
-    return "/".join(parts[-4:])
 
 
 def _unidentified(found: dict) -> bool:
     """Several versions, or uncommitted code that no one source digest names."""
-    if len(found) > 1:
-        return True
-    (p,) = found or [Provenance(None)]
-    return bool(p.dirty) and not p.source
+    return len(found) > 1 or any(p.dirty and not p.source for p in found)
 
 
 def check_provenance(records, mix: bool = False, what: str = "report") -> list[str]:
     """[] where every record comes from one version of the code (one commit, clean, or uncommitted
-    with one source digest); else, with ``mix``, the header lines that list each version and its
-    runs; without it, refuse in one line naming the first few runs of each version."""
+    with one source digest); else, with ``mix``, header lines listing each version and its runs;
+    without it, refuse in one line naming the first few runs of each version."""
     found = versions(records)
     if not _unidentified(found):
         return []
@@ -411,17 +285,13 @@ def check_provenance(records, mix: bool = False, what: str = "report") -> list[s
         named = "; ".join(f"{p.name()}: {', '.join(runs[:3])}{' ...' if len(runs) > 3 else ''}"
                           for p, runs in list(found.items())[:4])
         why = "different code" if len(found) > 1 else "uncommitted code with no source digest"
-        raise MixedCode(f"{what}: records of {why} ({named}); pass --mix (mix=True) to report them together")
+        raise SystemExit(f"{what}: records of {why} ({named}); pass --mix (mix=True) to report them together")
     return [f"{p.name()} -> {len(runs)} runs: {', '.join(runs[:6])}{' ...' if len(runs) > 6 else ''}"
             for p, runs in found.items()]
 
 
 def mixed_folders(root: Path) -> dict[str, dict[Provenance, list[str]]]:
-    """{benchmark folder (holding runs/bench.json): its code versions} for every folder under
-    ``root`` whose records come from more than one version, or from uncommitted code."""
-    out = {}
-    for made in sorted(root.rglob("runs/bench.json")):
-        found = versions(bench(made.parent).records())
-        if _unidentified(found):
-            out[str(made.parent.parent)] = found
-    return out
+    """{benchmark folder: its code versions} for every one under ``root`` of mixed or uncommitted code."""
+    found = {str(made.parent.parent): versions(bench(made.parent).records())
+             for made in sorted(root.rglob("runs/bench.json"))}
+    return {folder: v for folder, v in found.items() if _unidentified(v)}

@@ -16,5 +16,9 @@ def median_spread(values: Iterable[Optional[float]]) -> Optional[Spread]:
 
 
 def fmt_spread(m: Optional[Spread], digits: int = 3) -> str:
-    """``median (min-max)``, or ``n/a``."""
     return "n/a" if m is None else f"{m[0]:.{digits}f} ({m[1]:.{digits}f}-{m[2]:.{digits}f})"
+
+
+def medians(rows: list[dict]) -> list[dict]:
+    """Rows for a CSV: each spread by its median."""
+    return [{k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()} for r in rows]

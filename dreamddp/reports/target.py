@@ -1,11 +1,5 @@
-"""Time to target: the one definition every table and benchmark uses.
-
-The training seconds (sum of iteration times: evaluation, start-up and
-DreamDDP's profiling excluded) until a metric first reaches the target.  The
-metric is the run's evaluation series where it has one (``eval_points``), or
-its training loss averaged over the last ``SMOOTH`` iterations where it
-evaluates too rarely (``train_loss_points``: the benchmark's short runs).
-"""
+"""Time to target, the one definition: the training seconds (sum of iteration times) until a metric
+first reaches the target, on the run's evaluations or on its smoothed training loss."""
 
 from __future__ import annotations
 
@@ -16,7 +10,8 @@ from typing import Optional
 SMOOTH = 10  # iterations in the moving average of the training loss
 
 
-def time_to_target(points: Iterable[tuple[float, float]], target: float, higher_is_better: bool = False) -> Optional[float]:
+def time_to_target(points: Iterable[tuple[float, float]], target: float,
+                   higher_is_better: bool = False) -> Optional[float]:
     """The first ``elapsed`` of ``(elapsed, value)`` points whose value reaches ``target`` (None: never)."""
     for elapsed, value in points:
         if value is not None and elapsed is not None and (value >= target if higher_is_better else value <= target):
@@ -25,13 +20,12 @@ def time_to_target(points: Iterable[tuple[float, float]], target: float, higher_
 
 
 def eval_points(run, metric: str) -> list[tuple[float, float]]:
-    """(training seconds, metric) at each evaluation (a collected record's ``elapsed``; ``run``: records.Record)."""
+    """(training seconds, metric) at each evaluation of a records.Record (a collected record's ``elapsed``)."""
     return [(e.elapsed, e.get(metric)) for e in run.evaluation]
 
 
 def train_loss_points(rows: list, smooth: int = SMOOTH) -> list[tuple[float, float]]:
-    """(training seconds, training loss averaged over the last ``smooth`` iterations) per iteration
-    (``rows``: records.Row)."""
+    """(training seconds, training loss averaged over the last ``smooth`` iterations) per records.Row."""
     out, elapsed = [], 0.0
     losses = [r.loss for r in rows]
     for i, r in enumerate(rows):
