@@ -86,6 +86,26 @@ def test_uncommitted_code_is_reported_only_where_one_source_digest_names_it(tmp_
         assert "mixes code versions" not in (folder / "README.md").read_text()
 
 
+@pytest.mark.parametrize("second_source,refused", [("f00d", False), ("beef", True)])
+def test_records_at_two_commits_are_one_version_where_their_source_digest_is_the_same(tmp_path, second_source,
+                                                                                        refused):
+    """A commit that changes only docs or results leaves the code as it was: the source digest, not
+    the commit, says whether two records ran the same code."""
+    folder = tmp_path / "bench"
+    shutil.copytree(FIXTURE / "runs", folder / "runs")
+    for path in (folder / "runs").glob("gpt2/rep*/*/run.json"):
+        rec = json.loads(path.read_text())
+        later = path.parent.parent.name == "rep1"
+        path.write_text(json.dumps({**rec, "provenance": {"git_sha": "2222" if later else "1111", "dirty": False,
+                                                          "source": second_source if later else "f00d"}}))
+    if refused:
+        with pytest.raises(SystemExit, match="different code"):
+            write_report("bench", str(folder), [str(folder)])
+    else:
+        write_report("bench", str(folder), [str(folder)])
+        assert "mixes code versions" not in (folder / "README.md").read_text()
+
+
 def test_the_cards_bytes_equal_the_tables_and_the_bench_reports_for_the_same_run(tmp_path):
     runs = collect([FIXTURE / "runs"])
     table = {(r["algorithm"], r["mean_iteration_time_s"]): r["wire_mib_per_iteration"] for r in speedup_rows(runs)}

@@ -204,8 +204,11 @@ def run(study: Study, args) -> None:
             run_part(study, part, args)
             # the result card of the part's timed runs (the real link's on tc)
             out = part_out(study, part)
-            print_card([os.path.join(out, "tc/runs" if part.regime.link == "tc" else "runs")],
-                       os.path.join(out, "loss_vs_time.png"))
+            try:  # a card refused (records of other code kept by --resume) must not stop the next parts
+                print_card([os.path.join(out, "tc/runs" if part.regime.link == "tc" else "runs")],
+                           os.path.join(out, "loss_vs_time.png"))
+            except SystemExit as refused:
+                print(f"bench: no card for part {part.name or '-'}: {refused}", file=sys.stderr)
     if not args.no_report:
         for path in study_reports.write_all(study, made_by(study, args), seconds=time.perf_counter() - start):
             print(f"bench: {path}")

@@ -41,6 +41,11 @@ LAUNCHED_IN = {"backward": When.UNIT_READY, "forward": When.BEFORE_FORWARD}  # t
 CONTIGUOUS = ("dreamddp", "optimal")  # schedulers whose plans sync one contiguous run of units per iteration
 
 
+
+def sync_world(rec: dict) -> int:
+    """The ranks a sync spans: the replicas (a sharded run's ranks over its shards per replica)."""
+    return rec["extra"]["world_size"] // int((rec["config"].get("cluster") or {}).get("shards") or 1)
+
 def timed(rec: dict) -> list[dict]:
     return rec["iterations"][warmup_cut(len(rec["iterations"])):]
 
@@ -204,7 +209,7 @@ def turn(rec: dict) -> int | None:
 
 def _simulate(rec: dict, profile: Profile, skew, windows: int, real: bool, host: bool):
     algo = rec["config"]["algo"]
-    return simulate_record(profile, rec["config"], world=rec["extra"]["world_size"], link=record_link(rec),
+    return simulate_record(profile, rec["config"], world=sync_world(rec), link=record_link(rec),
                            plan=rec["extra"]["algorithm"], skew=skew, carrier=record_carrier(rec) if real else None,
                            carrier_at_step=rec["extra"]["link"].get("carrier") == "step",
                            iterations=windows * int(algo["H"]), host=engine_host(rec) if host else None,
@@ -238,7 +243,7 @@ def late_parts(rec: dict) -> int:
 def longest_unit(rec: dict, profile: Profile) -> tuple[str, float, float, float, int]:
     """(unit with the longest all-reduce, its seconds, the iteration's compute, the step, late parts):
     a delayed merge hides every all-reduce only where each part fits behind the compute."""
-    link, world = record_link(rec), rec["extra"]["world_size"]
+    link, world = record_link(rec), sync_world(rec)
     comm = {u: link.seconds("all_reduce", profile.nbytes[u], world) for u in profile.units}
     unit = max(comm, key=comm.get)
     return unit, comm[unit], compute_time(profile), profile.step_time, late_parts(rec)
@@ -252,7 +257,7 @@ def structure_bound(label: str, rec: dict, profile: Profile, any_assignment: boo
     algo = rec["config"]["algo"]
     if algo["name"] != "dreamddp":
         return plan_bound(rec, profile)
-    link, world, H = record_link(rec), rec["extra"]["world_size"], int(algo["H"])
+    link, world, H = record_link(rec), sync_world(rec), int(algo["H"])
     bp, _ = arrays(profile)
     comm = np.array([link.seconds("all_reduce", profile.nbytes[u], world) for u in profile.units])
     compute = compute_time(profile)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import statistics
-from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -140,6 +139,11 @@ class Record:
     data = property(lambda self: (self.config.get("data") or {}).get("name", "?"))
     bandwidth = property(lambda self: self.config.get("bandwidth") or {})
     world = property(lambda self: int(self.summary.get("workers") or self.extra.get("world_size") or 0))
+    # ranks per replica (FSDP2 inside it), and the replicas partial sync runs across (its ring's world)
+    shards = property(lambda self: int((self.config.get("cluster") or {}).get("shards") or 1))
+    replicas = property(lambda self: self.world // self.shards)
+    # this rank's parameter bytes (its local shards when sharded); None in records before the mesh
+    param_bytes = property(lambda self: self.extra.get("param_bytes_per_rank"))
     status = property(lambda self: self.raw.get("status", "?"))
     provenance = property(lambda self: Provenance.of(self.raw))
     iterations = cached_property(lambda self: [Row.of(r) for r in self.raw.get("iterations", [])])
@@ -262,11 +266,15 @@ def bench_of(runs_dir: str | Path, what: str, kind: str = "a folder dreamddp-ben
 # ---- provenance across one report ----
 
 def versions(records) -> dict[Provenance, list[str]]:
-    """{code version: its runs, named by setting, model, repetition and label}, in the order first met."""
-    out: dict[Provenance, list[str]] = defaultdict(list)
+    """{code version: its runs, named by setting, model, repetition and label}, in the order first met.
+    The code is the source digest where a record has one (commits that change only docs or results
+    are the same code), else the commit and its dirty flag; a version is named by its first record."""
+    out: dict = {}
     for r in records:
-        out[r.provenance].append("/".join([p for p in Path(r.path or r.label).parts if p != "runs"][-4:]))
-    return dict(out)
+        p = r.provenance
+        out.setdefault(p.source or (p.git_sha, p.dirty), (p, []))[1].append(
+            "/".join([part for part in Path(r.path or r.label).parts if part != "runs"][-4:]))
+    return dict(out.values())
 
 
 def _unidentified(found: dict) -> bool:

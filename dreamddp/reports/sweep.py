@@ -39,6 +39,7 @@ def rows(folder: Path, mix: bool = False) -> list[dict]:
                         "iteration_backwards": median_spread(r.mean_iteration / r.calibration()["backward_s"]
                                                              for r in mine),
                         "wire_mib": median_spread(r.wire_per_iteration() / 2**20 for r in mine),
+                        "param_mib": median_spread(r.param_bytes / 2**20 for r in mine if r.param_bytes),
                         **{f"x_{ref}": report.ratio_over(reps, label, ref) for ref in report.REFERENCES},
                         "apriori_over_measured": median_spread(r.predicted_mean / r.mean_iteration for r in mine
                                                                if r.predicted_mean),
@@ -67,12 +68,15 @@ def write(folder: str, out: str | None = None, *, title: str | None = None, made
     key = [("setting", "setting", None), ("model", "model", None), ("algorithm", "algorithm", None)]
     card = spread_table(all_rows, key + [("iteration s", "iteration_s", 3), ("x DreamDDP", "x_dreamddp", 2),
                                          ("x FLSGD", "x_flsgd", 2), ("wire MiB/it", "wire_mib", 3)]
-                        + ([(f"x {BASELINE}", f"x_{BASELINE}", 2)] if baseline else []))
+                        + ([(f"x {BASELINE}", f"x_{BASELINE}", 2)] if baseline else [])
+                        # each rank's parameters (its local shards on a mesh), where the records have them
+                        + ([("param MiB/rank", "param_mib", 3)] if any(r["param_mib"] for r in all_rows) else []))
     details = spread_table(all_rows, key + [("reps", "reps", None), ("a-priori / measured", "apriori_over_measured", 2),
                                             ("same-job / measured", "predicted_over_measured", 2),
                                             ("time to target s", "time_to_target_s", 1)])
     readme = write_readme(out, "sweep.md.j2", title=title, name=root.name,
                           mixed=mixed, made_by=made_by or f"dreamddp-bench report {folder}",
-                          settings=[s.name for s in subs], baseline=baseline, card=card, details=details)
+                          settings=[s.name for s in subs], baseline=baseline, card=card, details=details,
+                          param=any(r["param_mib"] for r in all_rows))
     write_csv(out / "study.csv", medians(all_rows))
     return [readme, str(out / "study.csv")]
