@@ -201,14 +201,20 @@ def model_section(model: str, reps: dict) -> tuple[dict, list[dict]]:
     return ctx, rows
 
 
-def made_by(args: dict) -> str:
-    """The command that made the records, as it was given (its defaults left out)."""
+def made_by(found, args: dict | None = None) -> str:
+    """The command that made ``found``'s records: bench.json's, or, for records made before study
+    files, the runner of their commit with its options as given (its defaults left out): that
+    commit's runner was not always ``dreamddp-bench``."""
+    if found.made_by:
+        return found.made_by
+    args = found.args if args is None else args
+    commit = next((r.provenance.git_sha for r in found.records() if r.provenance.git_sha), None) or "unknown"
     flags = []
     for k, v in args.items():
         if k not in ("out", "quick", "target") and v is not None and v is not False and v != []:
             value = "" if v is True else " " + (" ".join(map(str, v)) if isinstance(v, list) else str(v))
             flags.append("--" + k.replace("_", "-") + value)
-    return "dreamddp-bench run " + " ".join(flags)
+    return f"the benchmark runner at commit {commit[:10]}: " + " ".join(flags)
 
 
 def write(runs: str, out: str, data: dict | None = None, *, title: str | None = None, made_by_line: str | None = None,
@@ -227,7 +233,7 @@ def write(runs: str, out: str, data: dict | None = None, *, title: str | None = 
     rows = [row for _, model_rows in sections for row in model_rows]
     shown = [r for r in found.records() if r.label in TIMED]
     write_readme(out, "bench.md.j2", title=title, preset=args.get("preset", "compute"), mixed=mixed,
-                 made_by=made_by_line or made_by(args), minutes=seconds / 60,
+                 made_by=made_by_line or made_by(found, args), minutes=seconds / 60,
                  chunk=int(args.get("chunk") or 0), H=int(args.get("H") or 0),
                  cards=card.card_tables(shown) if shown else [], sections=[ctx for ctx, _ in sections])
     if rows:

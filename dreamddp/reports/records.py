@@ -230,6 +230,7 @@ class Bench:
     ``runs[model][rep][label]`` of every completed segment."""
     args: dict
     runs: dict
+    made_by: str | None = None  # the command that made it (bench.json; None before study files)
 
     def records(self) -> list[Record]:
         return [r for reps in self.runs.values() for segs in reps.values() for r in segs.values()]
@@ -253,7 +254,8 @@ def bench(runs_dir: str | Path) -> Bench:
         rec.raw["_dir"] = rec.path  # the analysis finds the job's profile and spec beside it
         if rec.status == "completed":
             runs.setdefault(path.parts[-4], {}).setdefault(int(path.parts[-3][3:]), {})[rec.label] = rec
-    return Bench((json.loads(made.read_text()) if made.is_file() else {}).get("args") or {}, runs)
+    made = json.loads(made.read_text()) if made.is_file() else {}
+    return Bench(made.get("args") or {}, runs, made.get("made_by"))
 
 
 def bench_of(runs_dir: str | Path, what: str, kind: str = "a folder dreamddp-bench run wrote") -> Bench:

@@ -76,7 +76,7 @@ def write_all(folder: str, out: str, *, title: str | None = None, made_by: str |
                for model in tc for label in records.ordered(p["algorithm"] for p in pred)
                if (mine := [p for p in pred if p["model"] == model and p["algorithm"] == label])]
     written = [write_readme(out, "tc.md.j2", title=title, mixed=mixed,
-                            made_by=made_by or report.made_by(benches[0].args),
+                            made_by=made_by or report.made_by(benches[0]),
                             models=models, predictions=by_algo, runs=len(pred),
                             median=statistics.median(errors) if errors else None,
                             p95=quantile(errors, 0.95) if errors else None)]
