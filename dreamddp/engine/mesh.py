@@ -96,22 +96,17 @@ def shard_model(model: nn.Module, mesh) -> nn.Module:
     check_mesh(mesh)
     if shards_of(mesh) == 1:
         return model
-    from torch.distributed.fsdp import fully_shard
-
-    from dreamddp.engine.units import enumerate_units
-
-    sub, tied = mesh[SHARD], _tied(model)
-    for unit in enumerate_units(model):
-        module = model.get_submodule(unit.name)
-        if module is not model and not any(id(p) in tied for p in module.parameters()):
-            fully_shard(module, mesh=sub)
-    fully_shard(model, mesh=sub)
-    return model
+    return _fully_shard_units(model, mesh[SHARD])
 
 
 def hsdp(model: nn.Module, mesh) -> nn.Module:
     """torch's HSDP on the same mesh (fully_shard on both dimensions, per unit then the
     root): S-SGD's reference on replicas x shards."""
+    return _fully_shard_units(model, mesh)
+
+
+def _fully_shard_units(model: nn.Module, mesh) -> nn.Module:
+    """``fully_shard`` each unit not tied to another module (the root keeps a tie), then the root."""
     from torch.distributed.fsdp import fully_shard
 
     from dreamddp.engine.units import enumerate_units

@@ -5,7 +5,6 @@ by pairs of runs and over the repetitions' medians."""
 from __future__ import annotations
 
 import collections
-import math
 import statistics
 
 from dreamddp.run.summary import quantile
@@ -45,49 +44,6 @@ def ranking(rows: list[dict], predicted: str = "predicted_s") -> list[dict]:
 def swapped_pairs(runs: list[dict], predicted: str = "predicted_s") -> list[tuple[dict, dict]]:
     """(a, b) of one configuration with a measured faster and predicted slower."""
     return [(a, b) for a in runs for b in runs if a["measured_s"] < b["measured_s"] and a[predicted] > b[predicted]]
-
-
-def pairs(rows: list[dict], predicted: str = "predicted_s") -> dict:
-    """Pairs of runs of one configuration ordered as measured, overall and among those at least TIE
-    apart; and the misordered pairs measured FAR or more apart."""
-    counts = collections.Counter()
-    far = []
-    for cfg, mine in by_job(rows).items():
-        for i, a in enumerate(mine):
-            for b in mine[i + 1:]:
-                gap = max(a["measured_s"], b["measured_s"]) / min(a["measured_s"], b["measured_s"]) - 1
-                right = (a["measured_s"] < b["measured_s"]) == (a[predicted] < b[predicted])
-                counts.update({"n": 1, "right": right, "apart": gap >= TIE, "right_apart": right and gap >= TIE})
-                if not right and gap >= FAR:
-                    fast, slow = sorted((a, b), key=lambda r: r["measured_s"])
-                    far.append(f"{cfg[0]} {cfg[1]:g} rep {cfg[2]}: {fast['algorithm']} < {slow['algorithm']} "
-                               f"by {gap:.1%} (backward x reference {fast['backward_x_reference']:.2f}, "
-                               f"{slow['backward_x_reference']:.2f})")
-    return {**{k: counts[k] for k in ("n", "right", "apart", "right_apart")}, "far": far}
-
-
-def flipped_elsewhere(rows: list[dict], predicted: str = "predicted_s", min_gap: float = TIE) -> dict:
-    """The misordered pairs measured at least ``min_gap`` apart (``misses``, their ``gaps``); those
-    another repetition measured the other way round (``flipped``: their order is not stable); and
-    the others' gaps by pair of algorithms (``held``)."""
-    jobs = by_job(rows)
-    times = {job: {r["algorithm"]: r["measured_s"] for r in runs} for job, runs in jobs.items()}
-    misses, gaps, flipped, held = [], [], [], collections.defaultdict(list)
-    for cfg, mine in jobs.items():
-        for a, b in swapped_pairs(mine, predicted):
-            gap = b["measured_s"] / a["measured_s"] - 1
-            if gap < min_gap:
-                continue
-            name = f"{cfg[0]} {cfg[1]:g} rep {cfg[2]}: {a['algorithm']} < {b['algorithm']}"
-            misses.append(name)
-            gaps.append(gap)
-            other = [rep for (model, ratio, rep), t in times.items() if (model, ratio) == cfg[:2] and rep != cfg[2]
-                     and t.get(b["algorithm"], math.inf) < t.get(a["algorithm"], -math.inf)]
-            if other:
-                flipped.append(f"{name} (rep {', '.join(map(str, other))} measured the other way round)")
-            else:
-                held[f"{cfg[0]} {cfg[1]:g}: {a['algorithm']} < {b['algorithm']}"].append(gap)
-    return {"misses": misses, "gaps": gaps, "flipped": flipped, "held": dict(held)}
 
 
 def median_ranking(rows: list[dict]) -> list[dict]:

@@ -240,15 +240,6 @@ def late_parts(rec: dict) -> int:
     return max(1, min(int(algo.get("late_parts") or 1), int(algo["H"])))
 
 
-def longest_unit(rec: dict, profile: Profile) -> tuple[str, float, float, float, int]:
-    """(unit with the longest all-reduce, its seconds, the iteration's compute, the step, late parts):
-    a delayed merge hides every all-reduce only where each part fits behind the compute."""
-    link, world = record_link(rec), sync_world(rec)
-    comm = {u: link.seconds("all_reduce", profile.nbytes[u], world) for u in profile.units}
-    unit = max(comm, key=comm.get)
-    return unit, comm[unit], compute_time(profile), profile.step_time, late_parts(rec)
-
-
 def structure_bound(label: str, rec: dict, profile: Profile, any_assignment: bool = False) -> float:
     """The least iteration of any plan of the algorithm's kind; for the others, their own plan.  DreamDDP:
     contiguous schedulers, the exact optimum over splits (schedule/optimal.py); the general scheduler
