@@ -34,10 +34,12 @@ def conf_tree(package: Path = PACKAGE) -> Path | None:
 
 @functools.cache
 def source_digest(package: Path = PACKAGE) -> str:
-    """sha256 (16 hex digits) over the package's .py files less bench/'s report modules, and
-    the config tree's .yaml files, each with its relative path: committed or not."""
-    digest, bench = hashlib.sha256(), package / "bench"
-    paths = [p for p in package.rglob("*.py") if p.parent != bench or p.stem in JOB_MODULES]
+    """sha256 (16 hex digits) over the package's .py files less what only reads records (reports/,
+    bench/ outside JOB_MODULES), and the config tree's .yaml files, each with its relative path:
+    committed or not."""
+    digest, bench, reports = hashlib.sha256(), package / "bench", package / "reports"
+    paths = [p for p in package.rglob("*.py")
+             if not p.is_relative_to(reports) and (p.parent != bench or p.stem in JOB_MODULES)]
     conf = conf_tree(package)
     for root, found in ((package, paths), (conf, list(conf.rglob("*.yaml")) if conf else [])):
         for path in sorted(found):

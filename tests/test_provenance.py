@@ -83,3 +83,15 @@ def test_an_installed_copy_outside_git_has_no_commit_but_the_same_digest(clean, 
     made_by = _record(installed, tmp_path / "run")["provenance"]
     assert made_by["git_sha"] is None and made_by["dirty"] is None
     assert made_by["source"] == clean["provenance"]["source"]
+
+
+def test_the_digest_counts_the_code_a_job_runs_and_not_the_report_writers(tmp_path):
+    """A report writer only reads records: editing one must not make a completed job another code's
+    (dreamddp-bench run --resume would rerun it); editing the engine must."""
+    from dreamddp.provenance import source_digest
+
+    copies = {name: _copy(tmp_path / name) / "dreamddp" for name in ("same", "reports", "engine")}
+    (copies["reports"] / "reports" / "card.py").write_text("# another card\n")
+    (copies["engine"] / "engine" / "plan.py").write_text("# another plan\n")
+    digests = {name: source_digest(package) for name, package in copies.items()}
+    assert digests["reports"] == digests["same"] != digests["engine"]

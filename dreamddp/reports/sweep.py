@@ -65,18 +65,19 @@ def write(folder: str, out: str | None = None, *, title: str | None = None, made
         for r in all_rows:
             b = base.get((r["model"], r["algorithm"]))
             r[f"x_{BASELINE}"] = None if b is None else r["iteration_backwards"][0] / b[0]
+    param = len({r["param_mib"][0] for r in all_rows if r["param_mib"]}) > 1
     key = [("setting", "setting", None), ("model", "model", None), ("algorithm", "algorithm", None)]
     card = spread_table(all_rows, key + [("iteration s", "iteration_s", 3), ("x DreamDDP", "x_dreamddp", 2),
                                          ("x FLSGD", "x_flsgd", 2), ("wire MiB/it", "wire_mib", 3)]
                         + ([(f"x {BASELINE}", f"x_{BASELINE}", 2)] if baseline else [])
-                        # each rank's parameters (its local shards on a mesh), where the records have them
-                        + ([("param MiB/rank", "param_mib", 3)] if any(r["param_mib"] for r in all_rows) else []))
+                        # each rank's parameters (its local shards on a mesh), where the settings differ in them
+                        + ([("param MiB/rank", "param_mib", 3)] if param else []))
     details = spread_table(all_rows, key + [("reps", "reps", None), ("a-priori / measured", "apriori_over_measured", 2),
                                             ("same-job / measured", "predicted_over_measured", 2),
                                             ("time to target s", "time_to_target_s", 1)])
     readme = write_readme(out, "sweep.md.j2", title=title, name=root.name,
                           mixed=mixed, made_by=made_by or f"dreamddp-bench report {folder}",
                           settings=[s.name for s in subs], baseline=baseline, card=card, details=details,
-                          param=any(r["param_mib"] for r in all_rows))
+                          param=param)
     write_csv(out / "study.csv", medians(all_rows))
     return [readme, str(out / "study.csv")]
