@@ -20,7 +20,7 @@ import numpy as np
 
 from dreamddp.algorithms import ALGORITHMS, Algorithm, algo_config
 from dreamddp.comm.carry import Slot, carried
-from dreamddp.comm.cost import QUEUED, LinkModel, RealTransfer, ring_factor
+from dreamddp.comm.cost import QUEUED, LinkModel, RealTransfer, ring_factor, timed_link
 from dreamddp.engine.layout import UnitLayout
 from dreamddp.engine.plan import SyncOp
 from dreamddp.schedule.authors_model import modelled_times
@@ -91,6 +91,23 @@ def op_seconds(profile: Profile, layout: UnitLayout, link: LinkModel | None):
     return seconds
 
 
+def codec_seconds(algo: Algorithm, layout: UnitLayout, timed: list[tuple[int, float, float]]):
+    """``op -> (launch s, completion s)`` of the codec's host work on each op the pipeline
+    compresses (0 on the others): linear in the payload's elements through the two sizes it was
+    timed at (``timed``: (elements, launch s, completion s)), never below 0."""
+    (n0, l0, c0), (n1, l1, c1) = timed[0], timed[-1]
+    line = lambda a, b, n: max(0.0, a + (b - a) * (n - n0) / (n1 - n0)) if n1 != n0 else a  # noqa: E731
+    cache: dict[SyncOp, tuple[float, float]] = {}
+
+    def seconds(op: SyncOp) -> tuple[float, float]:
+        if op not in cache:
+            n = algo.sync.compressed_numel(op)
+            cache[op] = (line(l0, l1, n), line(c0, c1, n)) if n else (0.0, 0.0)
+        return cache[op]
+
+    return seconds
+
+
 def carried_seconds(algo: Algorithm, layout: UnitLayout, real: RealTransfer):
     """The simulator's deferred carrier: the real collectives a wait starts for the queued ops,
     grouped as the engine's carrier groups them (comm/carry.py, on where the algorithm puts
@@ -156,7 +173,8 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
              world: int = 2, link: LinkModel | None = None, iterations: int | None = None,
              skew: Skew | None = None, carrier: RealTransfer | None = None, carrier_at_step: bool = False,
              grad_clip: float = 0.0, host: tuple[float, float] | None = None,
-             interleaving: Interleaving | None = None, speeds: Speeds | None = None, **options) -> SimResult:
+             interleaving: Interleaving | None = None, speeds: Speeds | None = None,
+             codec_host: list[tuple[int, float, float]] | None = None, **options) -> SimResult:
     """Mean iteration time and exposed wait of ``algo`` (a name, or its Config) over
     ``iterations`` (default: one H-window); ``options`` are its ``algo.*`` fields.
     ``carrier``: the real backend's transfer, for a run whose deferred carrier starts it at
@@ -164,7 +182,9 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
     (the step carrier); ``grad_clip``: the trainer's train.grad_clip (a plan may sync for it);
     ``host``: the engine's host seconds per op, (launching, completing) (Compute.launch_host);
     ``interleaving``: the run trained in turns with others (simulate_plan); ``speeds``: each rank's
-    compute speed per iteration (unequal workers; simulate_plan)."""
+    compute speed per iteration (unequal workers; simulate_plan); ``codec_host``: the codec's host
+    seconds at launch and completion by payload elements (dreamddp.warmup.codec_host), charged to
+    each compressed op."""
     cfg = _config(algo, H, options)
     cls = ALGORITHMS.lookup(cfg.name)
     cls.check(cfg)
@@ -182,6 +202,8 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
     compute = compute_of(profile)
     if host is not None:
         compute = replace(compute, launch_host=host[0], complete_host=host[1])
+    if codec_host:
+        compute = replace(compute, op_host=codec_seconds(bound, layout, codec_host))
     return simulate_plan(bound.plan, compute, op_seconds(profile, layout, link), H=int(cfg.H),
                          iterations=iterations, skew=skew, world=world, carrier=real,
                          carrier_at_step=carrier_at_step, interleaving=interleaving, speeds=speeds, window=_rule(cls, cfg))
@@ -189,14 +211,18 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
 
 def record_link(record: Mapping, gbps: float | None = None) -> LinkModel | None:
     """The modelled link a run record describes (its measured alpha included), at ``gbps``
-    (default: the record's own rate; None when the run had none: measured times)."""
+    (default: the record's own rate, and a tc link's own start-up timings where it has them;
+    None when the run had no rate: measured times)."""
     link = record["extra"]["link"]
     uplinks = link.get("worker_gbps")  # a ring goes at the slowest uplink's pace
+    timed = link.get("link_transfer_ms") if gbps is None else None  # a tc link's, at its own rate only
     gbps = gbps if gbps is not None else (min(uplinks) if uplinks else link.get("gbps"))
     if gbps is None:
         return None
     bw = record["config"]["bandwidth"]
-    return LinkModel(gbps, bw["latency_ms"] / 1e3, bw["calibration"], (link.get("alpha_ms") or 0.0) / 1e3)
+    alpha_s = (link.get("alpha_ms") or 0.0) / 1e3
+    measured = timed_link(alpha_s, {k: [(b, ms / 1e3) for b, ms in v] for k, v in timed.items()}) if timed else None
+    return LinkModel(gbps, bw["latency_ms"] / 1e3, bw["calibration"], alpha_s, measured)
 
 
 def record_carrier(record: Mapping) -> RealTransfer | None:
@@ -216,7 +242,8 @@ def simulate_record(profile: Profile, config: Mapping, *, world: int, link: Link
                     plan: Mapping | None = None, skew: Skew | None = None, carrier: RealTransfer | None = None,
                     carrier_at_step: bool = False, iterations: int | None = None,
                     host: tuple[float, float] | None = None,
-                    interleaving: Interleaving | None = None) -> SimResult:
+                    interleaving: Interleaving | None = None,
+                    codec_host: list[tuple[int, float, float]] | None = None) -> SimResult:
     """Iterations of a run as it was configured (a run record's ``config``) on ``link``
     (None: the profile's measured comm times; ``record_link`` builds one from the record).
 
@@ -225,7 +252,7 @@ def simulate_record(profile: Profile, config: Mapping, *, world: int, link: Link
     (indices into ``profile.units``), its collectives ``runs`` when they are not
     one per unit, and its late ones ``delayed``; the simulator then times what ran.
     ``host``: the engine's host seconds per op, ``interleaving`` the turns the run was trained in
-    with others (``simulate``).
+    with others, ``codec_host`` its codec's timed host work (``simulate``).
     """
     cfg = algo_config(config["algo"])
     plan = plan or {}
@@ -238,7 +265,7 @@ def simulate_record(profile: Profile, config: Mapping, *, world: int, link: Link
     return simulate(cfg, profile, schedule=schedule, runs=runs, delayed=delayed, world=world, link=link,
                     iterations=iterations or cfg.H, skew=skew, carrier=carrier, carrier_at_step=carrier_at_step,
                     grad_clip=float((config.get("train") or {}).get("grad_clip") or 0.0), host=host, interleaving=interleaving,
-                    speeds=Speeds.from_config(config.get("cluster") or {}))
+                    speeds=Speeds.from_config(config.get("cluster") or {}), codec_host=codec_host)
 
 
 def simulated_algorithms(profile_only: bool = False) -> list[str]:

@@ -41,7 +41,7 @@ bench-unequal: venv ## every algorithm and flsgd_timed with one slow worker and 
 simulator-accuracy: venv ## predicted vs measured iteration time, every algorithm x 3 link rates x 2 models -> results/simulator/
 	$(BENCH) run runners/accuracy.yaml --out $(RESULTS)/simulator $(BENCH_ARGS)
 
-simulator-accuracy-tc: venv ## the a-priori and same-job predictions against make bench-tc's real-link runs -> results/simulator/tc/
+simulator-accuracy-tc: venv ## each run's a-priori prediction on the real shaped link: every algorithm and recipe, unequal workers, a slow uplink (root, about 2 h) -> results/simulator/tc/
 	$(BENCH) run runners/accuracy_tc.yaml --out $(RESULTS)/simulator/tc
 
 simulator-accuracy-fast: venv ## the same on a fast link (comm/backward 0.1) -> results/simulator/fast/

@@ -133,6 +133,9 @@ def test_a_run_defined_inline_takes_its_models_bucket_and_the_window_its_share_o
     ("runs: [flsdg]", "s.yaml: runs[0]: no run 'flsdg' in runners/catalogue/runs.yaml"),
     ("models: {gpt2: huge}", "s.yaml: models.gpt2.preset: no gpt2 preset 'huge'"),
     ("regime: {link: tc, latency_ms: 10}", "s.yaml: regime.latency_ms: the tc link has no latency here"),
+    ("regime: {twins: false}", "s.yaml: regime.twins: only a part on the tc link has emulated twins"),
+    ("regime: {link: tc, uplinks: [1, 0.5, 0.5]}", "s.yaml: regime.uplinks: one per worker (2), on the tc link only"),
+    ("regime: {link: tc, uplinks: [1, 0]}", "s.yaml: regime.uplinks: must be a list of numbers > 0"),
     ("report: [{kind: pie}]", "s.yaml: report[0].kind: must be one of bench, tc"),
 ])
 def test_a_bad_study_file_is_refused_in_one_line_naming_the_field(tmp_path, capsys, text, message):
@@ -206,3 +209,23 @@ def test_the_study_file_makes_the_jobs_its_committed_records_ran(name):
         committed.pop("source")
         spec.pop("source")
         assert committed == spec, out
+
+
+def test_a_tc_part_without_twins_runs_only_the_shaped_link_at_its_uplinks(tmp_path):
+    """``twins: false``: no emulated twin of any run; ``uplinks``: each worker's uplink, a multiple
+    of the calibrated rate, as bandwidth.worker_gbps of every run on the link."""
+    from dreamddp.bench import separate
+
+    study = load(write(tmp_path, """\
+        about: t
+        out: o
+        models: {gpt2: small}
+        runs: [ssgd, nosync@ideal]
+        regime: {link: tc, twins: false, uplinks: [1, 0.5]}
+        """))
+    part = study.parts[0]
+    runs = list(separate._runs(part, part.models[0], 0, {"gbps": 0.1, "iteration_s": 0.1}))
+    assert [(seg["label"], link) for seg, link, _ in runs] == [("ssgd", "tc"), ("nosync@ideal", "tc")]
+    ssgd, nosync = runs[0][2], runs[1][2]
+    assert "bandwidth.worker_gbps=[0.1,0.05]" in ssgd and "bandwidth=tc_1gbit" in ssgd
+    assert not any(o.startswith("bandwidth.worker_gbps") for o in nosync)

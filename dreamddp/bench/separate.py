@@ -3,8 +3,8 @@
 Per model a calibration fixes the rate once: the nosync run's steady backward gives the ring model's
 rate for the part's ``ratio``; a short S-SGD run on the shaped link measures its real wait / backward,
 and the rate is scaled so that this is the part's ``ratio`` (the wait goes as 1 / rate).  Then every
-repetition runs each run under tbf shaping, then on the emulated link at the same rate; the
-compute-only runs once, on the ideal link, serving both trees.  Records: ``<out>/tc/runs/`` and
+repetition runs each run under tbf shaping, then on the emulated link at the same rate (unless the
+part's regime says ``twins: false``); the compute-only runs once, on the ideal link, serving both trees.  Records: ``<out>/tc/runs/`` and
 ``<out>/emulated/runs/``, laid out as an interleaved job's.  Every run folder keeps the spec that made
 it (spec.json), so ``--resume`` keeps only a folder of the same spec and code.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dreamddp.atomic import write_json
 from dreamddp.bench import jobs
-from dreamddp.bench.segments import calibration_overrides, segment_overrides, steady
+from dreamddp.bench.segments import FULL_SPEED, calibration_overrides, segment_overrides, steady
 from dreamddp.comm.cost import ring_factor
 
 LINKS = ("tc", "emulated")
@@ -39,13 +39,20 @@ def link_overrides(link: str, gbps: float) -> list[str]:
     return [f"bandwidth={'tc_1gbit' if link == 'tc' else '1gbit'}", f"bandwidth.gbps={gbps}"]
 
 
+def uplink_overrides(part, gbps: float) -> list[str]:
+    """The part's per-worker uplinks (``uplinks``: multiples of the calibrated rate) as worker_gbps."""
+    if not part.regime.uplinks:
+        return []
+    return [f"bandwidth.worker_gbps=[{','.join(f'{gbps * u:.6g}' for u in part.regime.uplinks)}]"]
+
+
 def calibrate(spec: dict, folder: Path, ratio: float) -> dict:
     """The rate at which S-SGD's exposed wait is ``ratio`` x its backward on the shaped link."""
     base = run_job(folder / "calibration", calibration_overrides(spec))
     backward = steady(base["iterations"], "backward")
     nbytes = 4 * sum(u["numel"] for u in base["extra"]["units"])
     first = ring_factor("all_reduce", base["extra"]["world_size"]) * nbytes * 8 / (ratio * backward) / 1e9
-    probe = run_job(folder / "calibration_ssgd", spec["base"] + ["algo=ssgd", *link_overrides("tc", first),
+    probe = run_job(folder / "calibration_ssgd", spec["base"] + ["algo=ssgd", *FULL_SPEED, *link_overrides("tc", first),
                                                                  f"train.iterations={spec['calibration_iterations']}"])
     measured = probe["summary"]["mean_wait"] / probe["summary"]["mean_backward"]
     return {"backward_s": backward, "iteration_s": steady(base["iterations"], "time"), "model_bytes": nbytes,
@@ -84,23 +91,28 @@ def _calibration_spec(part, model, out: Path) -> dict:
     return jobs.job_spec(part, model, 0, str(out / "calibration" / model.name))  # its ratio: the rate's target
 
 
+def _links(part) -> tuple[str, ...]:
+    """The trees a part's runs go to: the tc link's, and its emulated twins' unless ``twins: false``."""
+    return LINKS if part.regime.twins else LINKS[:1]
+
+
 def _runs(part, model, rep: int, cal: dict):
     """(segment, link, overrides) of every run of ``model``'s repetition ``rep``, in running order."""
     spec = jobs.job_spec(part, model, rep, "")
     for seg in spec["segments"]:
-        for link in (LINKS if seg["link"] == "emulated" else LINKS[:1]):
+        for link in (_links(part) if seg["link"] == "emulated" else LINKS[:1]):
             overrides = segment_overrides(spec, seg, cal)  # the emulated link at that rate
             if seg["link"] == "emulated" and link == "tc":
                 overrides = [o for o in overrides if not o.startswith(("bandwidth=", "bandwidth.gbps="))]
-                overrides += link_overrides("tc", cal["gbps"])
+                overrides += link_overrides("tc", cal["gbps"]) + uplink_overrides(part, cal["gbps"])
             yield seg, link, overrides
 
 
 def run_separate(study, part, args, made) -> list[str]:
-    """Every repetition of every model of ``part``; returns the two runs folders (tc, emulated).
+    """Every repetition of every model of ``part``; returns its runs folders (tc, and emulated with twins).
     ``made(study, part, args, seconds)``: what bench.json says made them."""
     out = Path(study.out) / part.out
-    trees = {link: out / link / "runs" for link in LINKS}
+    trees = {link: out / link / "runs" for link in _links(part)}
     start = time.perf_counter()
     for model in part.models:
         cal_spec = _calibration_spec(part, model, out)
@@ -130,7 +142,7 @@ def run_separate(study, part, args, made) -> list[str]:
                     took = time.perf_counter()
                     run_job(run_dir, overrides)
                     print(f"{name}: {time.perf_counter() - took:.0f} s", flush=True)
-                if seg["link"] != "emulated":  # the compute-only runs serve both trees
+                if seg["link"] != "emulated" and "emulated" in trees:  # the compute-only runs serve both trees
                     twin = trees["emulated"] / model.name / f"rep{rep}" / seg["label"]
                     shutil.rmtree(twin, ignore_errors=True)
                     shutil.copytree(run_dir, twin)

@@ -18,7 +18,7 @@ CATALOGUE = RUNNERS / "catalogue"
 DEFAULT_ITERATIONS = 44  # per run where neither the regime nor the model preset says
 LINKS = ("emulated", "tc")
 RUN_LINKS = ("emulated", "ideal")
-REPORT_KINDS = ("bench", "tc", "sweep", "methods_card", "accuracy", "accuracy_tc", "gpu")
+REPORT_KINDS = ("bench", "tc", "sweep", "methods_card", "accuracy", "accuracy_tc", "gpu", "plan_table4")
 RUNNERS_KINDS = ("bench", "gpu")  # gpu: dreamddp/bench/gpu.py's steps under one deadline
 POS, NONNEG, ONE = ((lambda v: v > 0, "must be > 0"), (lambda v: v >= 0, "must be >= 0"),
                     (lambda v: v >= 1, "must be >= 1"))
@@ -70,6 +70,8 @@ class Regime:
     calibration_iterations: int = 16
     profile_iterations: int = 5
     memory: bool = True  # the memory runs, in repetition 0
+    twins: bool = True  # link tc: each run also on the emulated link at the same rate (false: the tc runs only)
+    uplinks: tuple[float, ...] = ()  # link tc: each worker's uplink, a multiple of the calibrated rate (worker_gbps)
     set: tuple[str, ...] = ()  # Hydra overrides for every run
 
 
@@ -258,14 +260,22 @@ def _regime(file: str, where: str, raw, base: Regime) -> Regime:
     if raw is None:
         return base
     f = _Fields(file, where, raw, ("link", "ratio", "latency_ms", "H", "chunk", "nproc", "iterations",
-                                   "calibration_iterations", "profile_iterations", "memory", "set"))
+                                   "calibration_iterations", "profile_iterations", "memory", "twins", "uplinks", "set"))
     checks = {"ratio": POS, "latency_ms": NONNEG, "chunk": NONNEG, "link": _one_of(LINKS)}
     values = {k: f.get(k, type(getattr(base, k)) if k != "iterations" else int, getattr(base, k), *checks.get(k, ONE))
               for k in ("link", "ratio", "latency_ms", "H", "chunk", "nproc", "iterations", "calibration_iterations",
                         "profile_iterations")}
-    regime = replace(base, **values, memory=f.get("memory", bool, base.memory), set=base.set + f.strings("set"))
+    uplinks = f.get("uplinks", list, list(base.uplinks))
+    if not all(isinstance(u, (int, float)) and not isinstance(u, bool) and u > 0 for u in uplinks):
+        f.fail("uplinks", f"must be a list of numbers > 0, one per worker (got {uplinks!r})")
+    regime = replace(base, **values, memory=f.get("memory", bool, base.memory), twins=f.get("twins", bool, base.twins),
+                     uplinks=tuple(float(u) for u in uplinks), set=base.set + f.strings("set"))
     if regime.latency_ms and regime.link == "tc":
         f.fail("latency_ms", "the tc link has no latency here (tbf shapes the rate only); use link: emulated")
+    if not regime.twins and regime.link != "tc":
+        f.fail("twins", "only a part on the tc link has emulated twins to leave out")
+    if regime.uplinks and (regime.link != "tc" or len(regime.uplinks) != regime.nproc):
+        f.fail("uplinks", f"one per worker ({regime.nproc}), on the tc link only")
     return regime
 
 

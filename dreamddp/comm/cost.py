@@ -73,16 +73,21 @@ def collective_time(
 @dataclass(frozen=True)
 class LinkModel:
     """A link as the simulator and the schedulers see it: rate, per-hop latency, calibration,
-    and the per-collective cost ``alpha_s``."""
+    and the per-collective cost ``alpha_s``; ``measured``: the collectives as timed on the link
+    itself at start-up (a real shaped link, whose backend does not move bytes at the ring
+    formula's pace), which then give every collective's time in place of the formula."""
 
     gbps: float
     latency_s: float = 0.0
     calibration: float = 1.0
     alpha_s: float = 0.0
+    measured: RealTransfer | None = None
 
     def seconds(self, kind: str, nbytes: int, world: int) -> float:
         if world == 1:
             return 0.0
+        if self.measured is not None:
+            return self.measured.seconds(kind, nbytes, world)
         return self.alpha_s + collective_time(kind, nbytes, world, self.gbps, self.latency_s, self.calibration)
 
 
@@ -140,3 +145,12 @@ class RealTransfer:
             if size <= b1:
                 break
         return max(0.0, s0 + (s1 - s0) * (size - b0) / (b1 - b0))
+
+
+def timed_link(alpha_s: float | None, probed: "dict[str, list[tuple[int, float]]]") -> RealTransfer | None:
+    """A real link's collectives as start-up timed them on it (``probed``: kind -> (bytes,
+    seconds), the all-reduce's among them), through the one-element all-reduce's ``alpha_s`` at
+    no bytes: LinkModel.measured.  None before they were timed."""
+    if not probed or "all_reduce" not in probed:
+        return None
+    return RealTransfer.probed(alpha_s or 0.0, probed["all_reduce"], {k: v for k, v in probed.items() if k != "all_reduce"})

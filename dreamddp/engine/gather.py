@@ -3,6 +3,9 @@ one (the sync pipeline's codec path, engine/pipeline.py)."""
 
 from __future__ import annotations
 
+import statistics
+import time
+
 from dreamddp.lazy import lazy
 
 torch = lazy("torch")
@@ -31,6 +34,15 @@ def gather_mean(comm, x, codec, residual, decay: float, senders: bool, tag: str)
     span of x, or None); e becomes what the payload did not carry.  Returns (handle, finish):
     ``finish()`` after the wait is the mean of every rank's decoded payload, summed in rank order
     (``senders``: each index over the ranks whose payload carried it)."""
+    mine = encoded(x, codec, residual, decay)
+    world, n = comm.world_size, x.numel()
+    out = torch.empty(world * mine.numel(), dtype=torch.uint8, device=mine.device)
+    handle = comm.all_gather(out, mine, tag=tag)
+    return handle, lambda: decoded_mean(out.view(world, -1), codec, n, senders)
+
+
+def encoded(x, codec, residual, decay: float):
+    """This rank's payload of ``x`` with error feedback (``residual`` updated in place)."""
     if residual is not None:
         e = cat(residual)
         x = x + e * decay if decay != 1 else x + e
@@ -38,18 +50,34 @@ def gather_mean(comm, x, codec, residual, decay: float, senders: bool, tag: str)
     if residual is not None:
         left = x - codec.decode(mine, x.numel())
         torch._foreach_copy_(residual, list(left.split([r.numel() for r in residual])))
-    world, n = comm.world_size, x.numel()
-    out = torch.empty(world * mine.numel(), dtype=torch.uint8, device=mine.device)
-    handle = comm.all_gather(out, mine, tag=tag)
+    return mine
 
-    def finish():
-        parts = out.view(world, -1)
-        total = codec.decode(parts[0], n).clone()
-        count = codec.support(parts[0], n).float() if senders else None
-        for r in range(1, world):  # a loop over the few ranks
-            total.add_(codec.decode(parts[r], n))
-            if senders:
-                count.add_(codec.support(parts[r], n).float())
-        return total.div_(world) if not senders else total.div_(count.clamp_(min=1))
 
-    return handle, finish
+def decoded_mean(parts, codec, n: int, senders: bool):
+    """The mean of the ranks' payloads (``parts``: one row per rank), summed in rank order."""
+    total = codec.decode(parts[0], n).clone()
+    count = codec.support(parts[0], n).float() if senders else None
+    for r in range(1, parts.shape[0]):  # a loop over the few ranks
+        total.add_(codec.decode(parts[r], n))
+        if senders:
+            count.add_(codec.support(parts[r], n).float())
+    return total.div_(parts.shape[0]) if not senders else total.div_(count.clamp_(min=1))
+
+
+def codec_seconds(codec, numel: int, world: int, feedback: bool, senders: bool, repeats: int = 3) -> tuple[float, float]:
+    """Median host seconds of what a rank does around one compressed collective of ``numel``
+    elements, on a random payload: making its payload (``encoded``, with error feedback when
+    ``feedback``) and, once every rank's has arrived, their mean (``decoded_mean`` of ``world``
+    payloads).  What the simulator charges such an op at its launch and its completion."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(numel, generator=gen)
+    residual = [torch.zeros(numel)] if feedback else None
+    made, meant = [], []
+    for _ in range(repeats + 1):  # the first warms the caches and the codec's own (DCT matrix)
+        t0 = time.perf_counter()
+        mine = encoded(x, codec, residual, 1.0)
+        t1 = time.perf_counter()
+        decoded_mean(mine.expand(world, -1), codec, numel, senders)
+        made.append(t1 - t0)
+        meant.append(time.perf_counter() - t1)
+    return statistics.median(made[1:]), statistics.median(meant[1:])

@@ -116,6 +116,12 @@ class Pipeline:
             self.role[new] = role
         return new
 
+    def compressed_numel(self, op: SyncOp) -> int:
+        """Elements the codec encodes for ``op`` (as it travels, from ``plan``); 0: not compressed."""
+        if self.codec is None or self.role.get(op) not in ("grad", "delta"):
+            return 0
+        return max(1, self.layout.op_bytes(op) // self.layout.itemsize)
+
     # ---- tensors ----
     def bind(self, engine) -> None:
         self.engine, flat, cfg = engine, engine.flat, self.cfg
@@ -317,6 +323,8 @@ class Pipeline:
 
     # ---- checkpoints: taken after the engine's flush, every transfer landed ----
     def state_dict(self) -> dict:
+        if not hasattr(self, "engine"):  # never bound: an algorithm off the engine (ddp) has no state here
+            return {}
         state = {}
         for name in ("anchor", "residual", "snapshot"):
             if getattr(self, name) is not None:
@@ -339,6 +347,8 @@ class Pipeline:
         return state
 
     def load_state_dict(self, state: dict, saved_size) -> None:
+        if not hasattr(self, "engine") and not state:  # never bound (ddp), and nothing was saved
+            return
         for name in ("anchor", "residual", "snapshot"):
             ours = getattr(self, name)
             if (ours is None) != (name not in state):

@@ -172,18 +172,20 @@ class RNGState:
 class SetUp:
     """What the start-up passes decided, so a resumed run re-uses it instead of measuring
     again: the link's calibration (``Link.setup_state``) and the set-up the algorithm was
-    built from (``Algorithm.prepare``'s, e.g. DreamDDP's schedule).  A resumed run reads it
-    before it builds the algorithm; loading it again with the rest changes nothing."""
+    built from (``Algorithm.prepare``'s, e.g. DreamDDP's schedule), and its codec's timed host
+    work (the prediction's).  A resumed run reads it before it builds the algorithm; loading
+    it again with the rest changes nothing."""
 
-    def __init__(self, link, algorithm: dict) -> None:
-        self.link, self.algorithm = link, algorithm
+    def __init__(self, link, algorithm: dict, codec_host: list | None = None) -> None:
+        self.link, self.algorithm, self.codec_host = link, algorithm, codec_host
 
     def state_dict(self) -> dict:
-        return {"link": self.link.setup_state(), "algorithm": self.algorithm}
+        return {"link": self.link.setup_state(), "algorithm": self.algorithm, "codec_host": self.codec_host}
 
     def load_state_dict(self, state: dict) -> None:
         self.link.load_setup_state(state["link"])
         self.algorithm = state["algorithm"]
+        self.codec_host = state.get("codec_host")  # a checkpoint made before it was timed: none
 
 
 class LocalShards:

@@ -42,7 +42,7 @@ from dreamddp.comm.gather import gather_by_rank
 from dreamddp.prediction import simulate_record, skew_of
 from dreamddp.run.recorder import NullRecorder, recorder_for
 from dreamddp.run.summary import Progress, compute_summary, warmup_cut
-from dreamddp.warmup import Warmup
+from dreamddp.warmup import Warmup, codec_host
 
 MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
 PREDICTED_WINDOWS = 20  # windows the in-run prediction averages over (the skew is sampled)
@@ -109,6 +109,7 @@ class Run:
         self._started = False  # the training iterations began (they run once)
         self.profiled = None  # the start-up profile the prediction is made from (Profile)
         self.prediction: dict | None = None  # the simulator's, made before training (rank 0)
+        self.codec_host = None  # (elements, launch s, completion s) of the algorithm's codec, timed at start-up
         self.compute: list[float] = []  # this rank's compute seconds (iteration less exposed wait)
         self.speeds = speed.Speeds.from_config(cfg.cluster)  # unequal workers: this rank's speed per iteration
 
@@ -160,6 +161,7 @@ class Run:
             saved = resumed["setup"]  # the saved run's set-up, not a new measurement
             self.link.load_setup_state(saved["link"])
             setup = saved["algorithm"]
+            self.codec_host = saved.get("codec_host")
             rec.set("resumed_from", {"checkpoint": str(ckpt), "step": self.start})
             measured_in = checkpoint.run_dir_of(ckpt)
             self.profiled = checkpoint.saved_profile(measured_in)  # what the continued run's prediction used
@@ -185,11 +187,15 @@ class Run:
             checkpoint.RNGState().load_state_dict(rng_at)
         self.algorithm = self.algo_cls.build(cfg.algo, setup)
         self.engine.set_algorithm(self.algorithm)
+        if resumed is None and self.algo_cls.on_engine:  # its codec's host work, for the prediction
+            self.codec_host = codec_host(self.algorithm.sync, self.comm)
+        if self.codec_host:
+            rec.set("codec_host_s", self.codec_host)
         self.checkpointed = {  # what a checkpoint holds, by name; each object saves and loads itself
             **dict(zip(("model", "optimizer"), checkpoint.sharded(self.model, self.optimizer))),
             "lr_schedule": self.lr_schedule,
             "algorithm": self.algorithm, "data": self.data.train, "rng": checkpoint.RNGState(),
-            "setup": checkpoint.SetUp(self.link, setup),
+            "setup": checkpoint.SetUp(self.link, setup, self.codec_host),
         }
         if resumed is not None:
             checkpoint.restore(resumed, self.checkpointed)
@@ -353,7 +359,7 @@ class Run:
         res = simulate_record(profile, OmegaConf.to_container(self.cfg, resolve=True), world=self.comm.world_size,
                               link=link, plan=plan, skew=skew_of(profile.meta.get("compute_by_rank"), profile),
                               carrier=self.link.real_transfer, carrier_at_step=self.comm.carrier == "step",
-                              iterations=PREDICTED_WINDOWS * H)
+                              iterations=PREDICTED_WINDOWS * H, codec_host=self.codec_host)
         per_position = [statistics.fmean(it for it, _ in res.per_iter[p::H]) for p in range(H)]
         return {"mean_iteration_time": res.mean_iter, "mean_wait": res.mean_wait, "per_position": per_position,
                 "link": "modelled" if link else "measured", "skew": "start-up passes"}

@@ -20,7 +20,9 @@ units) and walks, per iteration, the points the engine walks:
 Every launch and every completion also costs the worker its host work on the
 op (``Compute.launch_host``, ``Compute.complete_host``: the engine's measured
 seconds per op, waits excluded): a launch in backward delays the gradients
-after it, as the engine's hook runs on the thread that computes them.
+after it, as the engine's hook runs on the thread that computes them.  A
+compressed op adds its codec's (``Compute.op_host``): the payload is encoded
+before its collective starts, and every rank's decoded after it completes.
 
 Every collective queues on the worker's FIFO link (``start = max(link free,
 launch)``), as the emulated link paces it, and is done at the later of its
@@ -102,6 +104,8 @@ class Compute:
     # on_complete (merges, copies; a group's step is ``optimizer``'s, not this)
     launch_host: float = 0.0
     complete_host: float = 0.0
+    # and the op's own host work on top, (launch s, completion s) by op (a codec's encode and decode)
+    op_host: Callable[[SyncOp], tuple[float, float]] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.bp)
@@ -110,6 +114,14 @@ class Compute:
             raise ValueError(f"Compute: {share.size} step shares for {n} units")
         self.share = share
         self._shares = np.concatenate([[0.0], np.cumsum(share)])  # prefix sums: a run's share in O(1)
+
+    def encode(self, op: SyncOp) -> float:
+        """Host seconds of ``op``'s own before its collective can start (its payload encoded)."""
+        return self.op_host(op)[0] if self.op_host else 0.0
+
+    def complete_cost(self, op: SyncOp) -> float:
+        """Host seconds the worker spends completing ``op`` (after its wait)."""
+        return self.complete_host + (self.op_host(op)[1] if self.op_host else 0.0)
 
     def moved(self, op: SyncOp) -> float:
         """Seconds of the iteration's optimizer step an op with ``steps`` applies elsewhere."""
@@ -299,7 +311,7 @@ class _Ranks:
             if self.carrier is not None:
                 done = np.maximum(done, self.real_done.pop(n))
             w = np.maximum(0.0, done - self.clock)
-            self.clock = self.clock + w + self.c.complete_host * self.factor
+            self.clock = self.clock + w + self.c.complete_cost(op) * self.factor
             waited += w
             self.stepping += self.c.stepped(op)
         self.occupy()
@@ -342,7 +354,8 @@ class _Ranks:
             self.due[key] = [(op, deadline - zero, everyone - zero, n) for op, deadline, everyone, n in entries]
 
     def launch_here(self, op: SyncOp, t: int) -> None:
-        """Launch at the rank's clock, which then pays the launch's host work."""
+        """Launch at the rank's clock once its payload is made, then pay the launch's host work."""
+        self.clock = self.clock + self.c.encode(op) * self.factor
         self.launch(op, t, self.clock)
         self.clock = self.clock + self.c.launch_host * self.factor
 
@@ -377,6 +390,7 @@ class _Ranks:
         ready = self.clock[:, None] + np.cumsum(c.bp)[None, :] * passes[:, None]
         hooks = np.zeros_like(self.clock)  # host work of the launches so far, on backward's thread
         for op in sorted((op for op in plan if op.launch is When.UNIT_READY), key=lambda op: op.ready_unit):
+            hooks = hooks + c.encode(op) * factor
             self.launch(op, t, ready[:, op.ready_unit] + hooks)  # stable: plan order among ties
             hooks = hooks + c.launch_host * factor
         self.clock = ready[:, -1] + hooks

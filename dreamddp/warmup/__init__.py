@@ -14,14 +14,18 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 
 from dreamddp.checks import at_least
 from dreamddp.comm.cost import KINDS, PROBE_BYTES, QUEUED
+from dreamddp.engine.gather import codec_seconds
 from dreamddp.schedule.profile import Profile
+from dreamddp.speed import Speeds
 from dreamddp.warmup.profiler import measure_profile
 
 CALIBRATION_ITERATIONS = 3  # timed passes behind a comm/backward-ratio link rate
 TRANSFER_PROBE = {"repeats": 5, "warmup": 1}  # probe_latency rounds of each real_transfer size (median of repeats)
+CODEC_PROBE_NUMEL = (2**16, 2**22)  # elements a codec is timed at: a small unit's, about a compute-preset model's
 
 
 def check(warmup_cfg) -> None:
@@ -47,6 +51,15 @@ class Warmup:
     def model_bytes(self) -> int:
         return sum(u.nbytes for u in self.engine.units)
 
+    def _speed(self) -> Callable[[int], float] | None:
+        """This worker's speed per pass as training sets it (cluster.worker_speed, slow_spell),
+        for the profile's passes; None at full speed throughout."""
+        speeds = Speeds.from_config(getattr(self.cfg, "cluster", None))
+        if speeds.uniform:
+            return None
+        rank = dist.get_rank() if dist.is_initialized() else 0  # the trainer's rank (ctx.rank)
+        return lambda t: speeds.of(rank, t)
+
     def collective_alpha(self) -> float:
         """Seconds one collective costs on the real backend (all ranks agree: the slowest)."""
         alpha = torch.tensor([self.comm.probe_latency(self.engine.units[0].params[0])], dtype=torch.float64)
@@ -59,12 +72,17 @@ class Warmup:
         expose that transfer at the waits (an eager one runs it behind the link's pacing)."""
         if self.comm.carrier not in QUEUED:
             return None
+        return self.transfer_times(kind, PROBE_BYTES, TRANSFER_PROBE)
+
+    def transfer_times(self, kind: str, sizes: tuple[int, ...], rounds: dict) -> list[tuple[int, float]]:
+        """(bytes, seconds) of one ``kind`` collective of each of ``sizes`` on the real backend
+        and link, unpaced (``rounds``: probe_latency's repeats and warmup; all ranks agree: the
+        slowest)."""
         like = self.engine.units[0].params[0]
-        secs = torch.tensor([self.comm.probe_latency(like, **TRANSFER_PROBE, numel=b // like.element_size(),
-                                                     kind=kind)
-                             for b in PROBE_BYTES], dtype=torch.float64)
+        secs = torch.tensor([self.comm.probe_latency(like, **rounds, numel=b // like.element_size(), kind=kind)
+                             for b in sizes], dtype=torch.float64)
         self.comm.all_reduce_max(secs)
-        return [(b // like.element_size() * like.element_size(), s) for b, s in zip(PROBE_BYTES, secs.tolist())]
+        return [(b // like.element_size() * like.element_size(), s) for b, s in zip(sizes, secs.tolist())]
 
     def real_transfer_kinds(self) -> dict[str, list[tuple[int, float]]] | None:
         """``real_transfer`` of the kinds other than the all-reduce (their own probes: gloo's do
@@ -87,7 +105,7 @@ class Warmup:
         cfg = self.cfg
         profile = measure_profile(
             self.engine, self.comm, self.optimizer, self.loss_fn, iterations=iterations or cfg.warmup.profile_iterations,
-            **({} if comm else {"comm_repeats": 0}),
+            **({} if comm else {"comm_repeats": 0}), speed=self._speed(),
             meta={"model": f"{cfg.model.name}/{cfg.model.size}", "link": self.comm.link.describe()},
         )
         self.recorder.save_profile(profile)
@@ -121,3 +139,16 @@ class Warmup:
 
     def record(self, key: str, value) -> None:
         self.recorder.set(key, value)
+
+
+def codec_host(pipeline, comm) -> list[tuple[int, float, float]] | None:
+    """(elements, launch s, completion s) of the sync pipeline's codec at ``CODEC_PROBE_NUMEL``:
+    a rank's host work around one compressed collective (engine/gather.py's codec_seconds; all
+    ranks agree: the slowest), for the simulator; None where nothing is compressed."""
+    if pipeline.codec is None:
+        return None
+    cfg = pipeline.cfg
+    secs = torch.tensor([codec_seconds(pipeline.codec, n, comm.world_size, bool(cfg.error_feedback),
+                                       cfg.reduction == "senders") for n in CODEC_PROBE_NUMEL], dtype=torch.float64)
+    comm.all_reduce_max(secs)
+    return [(n, float(a), float(b)) for n, (a, b) in zip(CODEC_PROBE_NUMEL, secs.tolist())]
