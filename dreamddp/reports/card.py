@@ -28,7 +28,7 @@ def records_of(runs: list[dict]) -> list[Record]:
     """Typed records of collected (compact) runs, a benchmark segment labelled by its folder."""
     out = []
     for run in runs:
-        source = Path(run.get("source") or "")
+        source = Path(Record(run).source or "")
         out.append(Record.of(run, str(source), source.name if re.fullmatch(r"rep\d+", source.parent.name) else None))
     return out
 
@@ -40,10 +40,10 @@ def _unique_labels(records: list[Record]) -> None:
     for r in records:
         by_label[r.label].append(r)
     for label, rs in by_label.items():
-        keys = sorted({k for r in rs for k in r.options if len({str(b.options.get(k)) for b in rs}) > 1})
+        keys = sorted({k for r in rs for k in r.options if len({str(b.option(k)) for b in rs}) > 1})
         for r in rs:
             if keys:
-                r.label = label + " " + " ".join(f"{k}={r.options.get(k)}" for k in keys)
+                r.label = label + " " + " ".join(f"{k}={r.option(k)}" for k in keys)
 
 
 def blocks(records: list[Record]) -> dict[tuple, dict[str, list[Record]]]:
@@ -51,7 +51,7 @@ def blocks(records: list[Record]) -> dict[tuple, dict[str, list[Record]]]:
     by_block: dict[tuple, list[Record]] = defaultdict(list)
     for r in records:
         if r.label != "calibration" and not r.label.endswith("@memory"):
-            by_block[(r.summary.get("model", r.model), r.data, r.world)].append(r)
+            by_block[(r.shown_model, r.data, r.world)].append(r)
     out = {}
     for key, members in by_block.items():
         _unique_labels(members)  # within the block: another model's options are not a variant
@@ -101,20 +101,20 @@ def _cells(row: dict) -> list[str]:
 
 
 def _link(rs: list[Record]) -> str:
-    links = [r.link for r in rs if r.paced]
-    if not links:
+    paced = [r for r in rs if r.paced]
+    if not paced:
         return "ideal link"
-    rates = [link.get("gbps") for link in links if link.get("gbps")]
+    rates = [r.link_gbps for r in paced if r.link_gbps]
     rate = f" {1e3 * statistics.median(rates):.3g} Mbit/s" if rates else ""
-    return f"{links[0]['backend']} link{rate}"
+    return f"{paced[0].link_backend} link{rate}"
 
 
 def card_tables(records: list[Record]) -> list[dict]:
     """Per block: its caption and its table (templates' md_table; all-n/a columns dropped)."""
     out = []
     for (model, data, workers), rows in card_rows(records):
-        members = [r for r in records if (r.summary.get("model", r.model), r.data, r.world) == (model, data, workers)]
-        H = {r.options.get("H") for r in members} - {None}
+        members = [r for r in records if (r.shown_model, r.data, r.world) == (model, data, workers)]
+        H = {r.option("H") for r in members} - {None}
         out.append({"caption": f"{model} on {data}, {workers} workers, {_link(members)}"
                                + (f", H={'/'.join(map(str, sorted(H)))}" if H else ""),
                     "table": table(list(HEADER), [_cells(r) for r in rows])})

@@ -30,8 +30,8 @@ COLUMNS = (
 
 def link_label(run) -> str:
     """``ratio 7`` (comm/backward set at start-up), ``1 Gbit/s``, ``ideal``; `` tc`` when shaped."""
-    bw = typed(run).bandwidth
-    backend, ratio, gbps = bw.get("backend"), bw.get("comm_ratio"), bw.get("gbps")
+    run = typed(run)
+    backend, ratio, gbps = run.bandwidth_backend, run.comm_ratio, run.bandwidth_gbps
     if backend == "ideal":
         return "ideal"
     return (f"ratio {ratio:g}" if ratio else f"{gbps:g} Gbit/s") + (" tc" if backend == "tc" else "")
@@ -78,9 +78,9 @@ def speedup_rows(runs: Iterable[dict], metric: str = "loss", targets: Optional[d
         target = targets.get(key[2], targets.get("*"))
         if target is None and finals:
             target = min(finals) if HIGHER_IS_BETTER[metric] else max(finals)
-        block = [dict(zip(COLUMNS[:6], key), algorithm=run.variant, H=run.H, iterations=run.summary.get("iterations"),
-                      mean_iteration_time_s=run.summary.get("mean_iteration_time"),
-                      mean_wait_s=run.summary.get("mean_wait"), wire_mib_per_iteration=run.wire_per_iteration() / 2**20,
+        block = [dict(zip(COLUMNS[:6], key), algorithm=run.variant, H=run.H, iterations=run.n_iterations,
+                      mean_iteration_time_s=run.mean_iteration,
+                      mean_wait_s=run.mean_wait, wire_mib_per_iteration=run.wire_per_iteration() / 2**20,
                       final_eval=run.final_eval(metric), metric=metric, target=target,
                       time_to_target_s=(time_to_target(eval_points(run, metric), target, HIGHER_IS_BETTER[metric])
                                         if target is not None else None))

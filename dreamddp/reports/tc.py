@@ -66,7 +66,7 @@ def write_all(folder: str, out: str, *, title: str | None = None, made_by: str |
                                        ("x DreamDDP emulated", "emulated_x_dreamddp", 2),
                                        ("x FLSGD emulated", "emulated_x_flsgd", 2)])
         models.append({"name": model, "record": rec, "batch": batch(rec.raw), "reps": len(tc[model]),
-                       "mbit": 1e3 * rec.bandwidth.get("gbps"), "rows": mine, "card": result, "emulated": emulated})
+                       "mbit": 1e3 * rec.bandwidth_gbps, "rows": mine, "card": result, "emulated": emulated})
     pred = apriori(tc)
     errors = sorted(abs(p["error"]) for p in pred)
     by_algo = [{"model": model, "algorithm": label, "runs": len(mine),
