@@ -1,6 +1,7 @@
 """The result card, ``dreamddp-results card RUNS... [--figure F] [--csv F] [--mix]``: one block per model,
 data set and worker count, a row per algorithm (at most 8 columns, an all-n/a one left out); a speedup
-is taken run against run of the same seed before its median.  A benchmark's side runs are left out.
+is taken run against run of the same seed (and benchmark repetition) before its median.  A benchmark's
+side runs are left out.
 """
 
 from __future__ import annotations
@@ -65,9 +66,9 @@ def blocks(records: list[Record]) -> dict[tuple, dict[str, list[Record]]]:
 
 
 def _speedup(base: list[Record], runs: list[Record]):
-    """Median (spread) of base's time / this one's, paired by seed where both have it."""
-    by_seed = {r.seed: r.mean_iteration for r in base}
-    paired = [by_seed[r.seed] / r.mean_iteration for r in runs if r.seed in by_seed]
+    """Median (spread) of base's time / this one's, paired by seed and repetition where both have it."""
+    by_seed = {r.pair_key: r.mean_iteration for r in base}
+    paired = [by_seed[r.pair_key] / r.mean_iteration for r in runs if r.pair_key in by_seed]
     if not paired and base:
         paired = [statistics.median(r.mean_iteration for r in base) / statistics.median(r.mean_iteration for r in runs)]
     return median_spread(paired)

@@ -189,6 +189,9 @@ class Record:
     source = property(lambda self: self.raw.get("source"))  # a compact record's: the run's folder
     scale = property(lambda self: self.raw.get("scale", ""))
     seed = property(lambda self: self.config.get("seed"))
+    # what a speedup pairs runs by: the seed, inside one benchmark repetition (its rep folder; a
+    # benchmark's repetitions may share a seed)
+    pair_key = property(lambda self: (self.seed, str(Path(self.path).parent) if self.path else None))
     batch_size = property(lambda self: (self.config.get("train") or {}).get("batch_size"))
     link = property(lambda self: self.extra.get("link") or {})
     link_backend = property(lambda self: self.link.get("backend", "ideal"))
