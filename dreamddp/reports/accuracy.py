@@ -82,8 +82,9 @@ def _counterfactuals(rec: records.Record, profile, skew, ops: list) -> tuple[flo
     """The prediction with reduce-scatters and all-gathers timed as a ring from the all-reduce's
     probes, and with the whole step at the iteration's end; None where the plan has no such op."""
     ring = at_end = None
-    if rec.has_kind_probes() and any(op.collective != "all_reduce" for op in ops):
-        ring = bp.predict(rec.without_kind_probes(), profile, skew)
+    probed_all_reduce = rec.without_kind_probes()
+    if probed_all_reduce and any(op.collective != "all_reduce" for op in ops):
+        ring = bp.predict(probed_all_reduce, profile, skew)
     if any(op.steps for op in ops):
         at_end = bp.predict(rec, replace(profile, optimizer_time=0.0), skew)
     return ring, at_end

@@ -140,7 +140,7 @@ class RankCompute:
 @dataclass
 class Record:
     """A run record, typed: the one place a report reads a record's keys."""
-    raw: dict = field(repr=False)  # the door through which the analysis (predict.py) reads what is not typed
+    raw: dict = field(repr=False)  # as written (dreamddp/bench/overhead.py and regime.py still read it)
     path: str | None = None  # the run's folder (or compact record file)
     label: str = ""
 
@@ -242,14 +242,13 @@ class Record:
         """The real transfer the run's deferred carrier exposed (dreamddp/prediction.record_carrier)."""
         return record_carrier(self.raw)
 
-    def without_kind_probes(self) -> "Record":
+    def without_kind_probes(self) -> "Record | None":
         """This record as if its start-up had probed the all-reduce alone (the other collectives'
-        transfers then scaled from it): a counterfactual for the analysis."""
+        transfers then scaled from it): a counterfactual for the analysis; None where it probed no other."""
+        if not self.link.get("real_transfer_kinds_ms"):
+            return None
         link = {k: v for k, v in self.link.items() if k != "real_transfer_kinds_ms"}
         return Record({**self.raw, "extra": {**self.extra, "link": link}}, self.path, self.label)
-
-    def has_kind_probes(self) -> bool:
-        return bool(self.link.get("real_transfer_kinds_ms"))
 
     def job_chunk(self) -> int | None:
         """The interleaved benchmark job's chunk (its spec.json's; 0: one H-window); None outside such a job."""

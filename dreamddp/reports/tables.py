@@ -37,17 +37,9 @@ def link_label(run) -> str:
     return (f"ratio {ratio:g}" if ratio else f"{gbps:g} Gbit/s") + (" tc" if backend == "tc" else "")
 
 
-def algo_label(run) -> str:
-    return typed(run).variant
-
-
 def algo_order(label: str) -> int:
     """Display order (the algorithms' own metadata); variants sort with their algorithm."""
     return order(label)[0]
-
-
-def h_of(run) -> Optional[int]:
-    return typed(run).H
 
 
 def _sort_key(row: dict) -> tuple:
