@@ -15,7 +15,7 @@ from pathlib import Path
 from dreamddp.atomic import write_csv
 from dreamddp.reports.collect import collect
 from dreamddp.reports.records import Record, check_provenance, order
-from dreamddp.reports.render import table
+from dreamddp.reports.render import spread_table
 from dreamddp.reports.spread import median_spread
 from dreamddp.reports.target import SMOOTH, train_loss_points
 
@@ -90,17 +90,6 @@ def card_rows(records: list[Record]) -> list[tuple[tuple, list[dict]]]:
     return out
 
 
-def _fmt(value, digits: int) -> str:
-    if value is None:
-        return "n/a"
-    m, lo, hi = value
-    return f"{m:.{digits}f}" if lo == hi else f"{m:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
-
-
-def _cells(row: dict) -> list[str]:
-    return [str(row[k]) if d is None else _fmt(row[k], d) for k, d in zip(COLUMNS, DIGITS)]
-
-
 def _link(rs: list[Record]) -> str:
     paced = [r for r in rs if r.paced]
     if not paced:
@@ -118,7 +107,7 @@ def card_tables(records: list[Record]) -> list[dict]:
         H = {r.option("H") for r in members} - {None}
         out.append({"caption": f"{model} on {data}, {workers} workers, {_link(members)}"
                                + (f", H={'/'.join(map(str, sorted(H)))}" if H else ""),
-                    "table": table(list(HEADER), [_cells(r) for r in rows])})
+                    "table": spread_table(rows, list(zip(HEADER, COLUMNS, DIGITS)), collapse=True)})
     return out
 
 

@@ -1,4 +1,4 @@
-"""Find run records and turn each into a compact record, the results tools' only input.
+"""Find run records and turn each into a compact record (``records.compact``), the results tools' only input.
 
 The compact copy (``results/runs/<study>/<run>.json``) keeps what tables and figures read: config,
 versions, hardware, summary, evaluations and divergence in full, the iteration rows thinned to
