@@ -109,7 +109,8 @@ def test_engine_runs_its_plan(compose_cfg, every_k):
 
 def test_simulated_and_shown_in_results(every_k):
     from dreamddp.prediction import simulate, simulated_algorithms
-    from dreamddp.reports.tables import algo_label, algo_order, h_of
+    from dreamddp.reports.records import typed
+    from dreamddp.reports.tables import algo_order
     from dreamddp.schedule.profile import Profile
 
     p = Profile(units=["c", "b", "a"], bp={"c": 1.0, "b": 2.0, "a": 3.0}, comm={"c": 4.0, "b": 1.0, "a": 2.0},
@@ -117,5 +118,5 @@ def test_simulated_and_shown_in_results(every_k):
     assert "every_k" in simulated_algorithms()
     assert simulate("every_k", p, H=3, k=3).per_iter == [(6.75, 0.0), (6.75, 0.0), (13.75, 7.0)]
     run = {"config": {"algo": {"name": "every_k", "H": 10, "k": 3}}}
-    assert algo_label(run) == "every_k" and h_of(run) is None
+    assert typed(run).variant == "every_k" and typed(run).H is None
     assert algo_order("ssgd") < algo_order("every_k") < algo_order("dear")

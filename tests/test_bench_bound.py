@@ -15,6 +15,7 @@ import pytest
 
 from dreamddp.comm.cost import LinkModel
 from dreamddp.prediction import simulate
+from dreamddp.reports.records import Record
 from dreamddp.schedule.cost import runs_to_schedule
 from dreamddp.schedule.profile import Profile
 
@@ -39,10 +40,10 @@ def profile() -> Profile:
                    fwd=dict(zip(units, fwd)), nbytes=dict(zip(units, nbytes)), step_time=0.004)
 
 
-def record(H: int, **algo) -> dict:
-    return {"config": {"algo": {"name": "dreamddp", "H": H, **algo},
+def record(H: int, **algo) -> Record:
+    return Record.of({"config": {"algo": {"name": "dreamddp", "H": H, **algo},
                        "bandwidth": {"latency_ms": 0.0, "calibration": 1.0}},
-            "extra": {"world_size": 2, "link": {"gbps": GBPS, "alpha_ms": 0.3}}}
+            "extra": {"world_size": 2, "link": {"gbps": GBPS, "alpha_ms": 0.3}}})
 
 
 def least_contiguous(prof: Profile, H: int, **options) -> float:
@@ -63,9 +64,9 @@ def least_contiguous(prof: Profile, H: int, **options) -> float:
 def test_the_contiguous_bound_is_the_least_split_the_simulator_times(bench_predict, H, overlap):
     prof = profile()
     rec = record(H, scheduler="dreamddp", overlap_forward=overlap, merge_delay=0)
-    bound = bench_predict.structure_bound("dreamddp", rec, prof)
+    bound = bench_predict.structure_bound(rec, prof)
     assert bound == pytest.approx(least_contiguous(prof, H, overlap_forward=overlap), rel=1e-9)
-    anyb = bench_predict.structure_bound("dreamddp", rec, prof, any_assignment=True)
+    anyb = bench_predict.structure_bound(rec, prof, any_assignment=True)
     assert anyb <= bound + 1e-12 and anyb > bench_predict.compute_time(prof)
 
 
@@ -74,15 +75,15 @@ def test_the_general_scheduler_is_bounded_by_any_assignment(bench_predict):
     prof = replace(profile(), nbytes=dict(zip(profile().units, [900_000, 100_000, 900_000, 900_000, 600_000, 300_000])))
     general = record(3, scheduler="general", overlap_forward=False, merge_delay=0)
     paper = record(3, scheduler="dreamddp", overlap_forward=False, merge_delay=0)
-    anyb = bench_predict.structure_bound("dreamddp", paper, prof, any_assignment=True)
-    contiguous = bench_predict.structure_bound("dreamddp", paper, prof)
-    assert bench_predict.structure_bound("dreamddp+general", general, prof) == pytest.approx(anyb, rel=1e-12)
+    anyb = bench_predict.structure_bound(paper, prof, any_assignment=True)
+    contiguous = bench_predict.structure_bound(paper, prof)
+    assert bench_predict.structure_bound(general, prof) == pytest.approx(anyb, rel=1e-12)
     assert anyb < contiguous - 1e-3  # contiguity costs here
     # no plan the schedulers make beats its bound (the paper's DFS, bubble-filled, and the general one)
     link = LinkModel(GBPS, 0.0, 1.0, 0.3e-3)
     # the paper's DFS fuses units where a collective's alpha makes that pay (algo.fuse): its kind's
     # bound then charges no unit the fixed cost a fused run pays once
-    fused = bench_predict.structure_bound("dreamddp", record(3, scheduler="dreamddp", overlap_forward=False,
+    fused = bench_predict.structure_bound(record(3, scheduler="dreamddp", overlap_forward=False,
                                                              merge_delay=0, fuse=True), prof)
     assert fused <= contiguous
     assert simulate("dreamddp", prof, H=3, world=2, link=link).mean_iter >= fused - 1e-12
@@ -96,7 +97,7 @@ def test_overlap_forward_plans_for_its_own_deadlines(bench_predict, H):
     exact scheduler's plan (bubble-filled) reaches the contiguous bound the simulator's brute force
     gives, and the paper's DFS on the same model is never below it."""
     prof, link = profile(), LinkModel(GBPS, 0.0, 1.0, 0.3e-3)
-    bound = bench_predict.structure_bound("dreamddp+overlap", record(H, scheduler="optimal", overlap_forward=True,
+    bound = bench_predict.structure_bound(record(H, scheduler="optimal", overlap_forward=True,
                                                                      merge_delay=0), prof)
     exact = simulate("dreamddp", prof, H=H, world=2, link=link, overlap_forward=True, scheduler="optimal")
     assert exact.mean_iter == pytest.approx(bound, rel=1e-9)
@@ -113,16 +114,16 @@ def test_on_make_bench_gpt2_the_overlap_plan_gains_what_the_old_one_left(bench_p
     the same profile and link (2.9-3.1% over the repetitions of the 2026-11-29 run)."""
     import json
 
-    from dreamddp.prediction import record_link, simulate_record
+    from dreamddp.prediction import simulate_record
 
     job = ROOT / "results" / "bench" / "headline" / "runs" / "gpt2" / "rep0"
-    segs = {d.name: {**json.loads((d / "run.json").read_text()), "_dir": str(d)}
+    segs = {d.name: Record.of(json.loads((d / "run.json").read_text()), str(d))
             for d in job.iterdir() if (d / "run.json").is_file()}
     prof, rec = bench_predict.steady_profile(segs), segs["dreamddp+overlap"]
-    assert rec["extra"]["algorithm"]["schedule_source"].endswith("for overlap_forward)")
-    bound = bench_predict.structure_bound("dreamddp+overlap", rec, prof)
+    assert rec.plan["schedule_source"].endswith("for overlap_forward)")
+    bound = bench_predict.structure_bound(rec, prof)
     ran = bench_predict.plan_bound(rec, prof)
-    backward_plan = simulate_record(prof, rec["config"], world=2, link=record_link(rec),
-                                    plan=segs["dreamddp"]["extra"]["algorithm"], iterations=10).mean_iter
+    backward_plan = simulate_record(prof, rec.config, world=2, link=rec.link_model(),
+                                    plan=segs["dreamddp"].plan, iterations=10).mean_iter
     assert bound - 1e-12 <= ran <= 1.005 * bound
     assert backward_plan > 1.01 * bound

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dreamddp.reports.records import Record
 from dreamddp.schedule.profile import Profile, save_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,9 +34,9 @@ def job(tmp_path) -> dict:
     profile = Profile(units=["b", "a"], bp={"b": 1.0, "a": 3.0}, comm={"b": 0.0, "a": 0.0},
                       fwd={"a": 1.0, "b": 1.0}, nbytes={"a": 4, "b": 4}, step_time=0.5)
     save_profile(profile, tmp_path / "profile")
-    return {"dreamddp": {"_dir": str(tmp_path)},
-            "nosync@ideal": record(0.10, 0.20, 0.01, [[0.30, 0.32], [0.34, 0.36]]),
-            "plain@ideal": record(0.14, 0.24, 0.03, [[0.40], [0.42]])}
+    return {"dreamddp": Record.of({}, str(tmp_path)),
+            "nosync@ideal": Record.of(record(0.10, 0.20, 0.01, [[0.30, 0.32], [0.34, 0.36]])),
+            "plain@ideal": Record.of(record(0.14, 0.24, 0.03, [[0.40], [0.42]]))}
 
 
 def test_the_reference_pools_both_compute_only_runs(tmp_path, bench_modules):
@@ -68,12 +69,12 @@ def test_compute_excess_counts_forward_only_where_no_wait_falls_in_it(tmp_path, 
     bp, _ = bench_modules
     segs = job(tmp_path)
     run = {**record(0.13, 0.25, 0.0, []), "config": {"algo": {"name": "dreamddp"}}}
-    assert bp.compute_excess(run, segs) == pytest.approx(0.01 + 0.03)
-    overlapped = {**run, "config": {"algo": {"name": "dreamddp", "overlap_forward": True}}}
+    assert bp.compute_excess(Record.of(run), segs) == pytest.approx(0.01 + 0.03)
+    overlapped = Record.of({**run, "config": {"algo": {"name": "dreamddp", "overlap_forward": True}}})
     assert bp.waits_in_forward(overlapped) and bp.compute_excess(overlapped, segs) == pytest.approx(0.03)
-    dear = {**run, "config": {"algo": {"name": "dear"}}}  # its all-gathers complete before forward
+    dear = Record.of({**run, "config": {"algo": {"name": "dear"}}})  # its all-gathers complete before forward
     assert bp.waits_in_forward(dear) and bp.compute_excess(dear, segs) == pytest.approx(0.03)
-    faster = {**record(0.12, 0.20, 0.0, []), "config": {"algo": {"name": "flsgd"}}}
+    faster = Record.of({**record(0.12, 0.20, 0.0, []), "config": {"algo": {"name": "flsgd"}}})
     assert not bp.waits_in_forward(faster) and bp.compute_excess(faster, segs) == pytest.approx(-0.02)
 
 
@@ -106,7 +107,7 @@ def test_the_ranks_drawn_together_come_from_the_series_iteration_by_iteration(tm
     assert bp.rank_correlation(segs) is None
     series = {"nosync@ideal": [[0.30, 0.32, 0.31], [0.34, 0.36, 0.35]], "plain@ideal": [[0.40, 0.44], [0.41, 0.45]]}
     for label, by_rank in series.items():
-        for entry, values in zip(segs[label]["extra"]["compute_by_rank"], by_rank):
+        for entry, values in zip(segs[label].raw["extra"]["compute_by_rank"], by_rank):
             entry["series"] = values
     steady = bp.steady_profile(segs)
     skew = bp.reference_skew(segs, steady)
@@ -118,7 +119,7 @@ def test_the_ranks_drawn_together_come_from_the_series_iteration_by_iteration(tm
     np.testing.assert_allclose(apart.factors[0], np.array([0.30, 0.32, 0.40]) / 0.36)
     # each run centred on its own means: the ranks moved exactly together (nosync) and together (plain)
     assert bp.rank_correlation(segs) == pytest.approx(1.0)
-    segs["plain@ideal"]["extra"]["compute_by_rank"][1]["series"] = [0.45, 0.41]
+    segs["plain@ideal"].raw["extra"]["compute_by_rank"][1]["series"] = [0.45, 0.41]
     # centred: rank 0 (-0.01, 0.01, 0, -0.02, 0.02), rank 1 (-0.01, 0.01, 0, 0.02, -0.02): -0.6
     a, b = np.array([-0.01, 0.01, 0.0, -0.02, 0.02]), np.array([-0.01, 0.01, 0.0, 0.02, -0.02])
     assert bp.rank_correlation(segs) == pytest.approx(float(np.corrcoef(a, b)[0, 1])) == pytest.approx(-0.6)
@@ -134,14 +135,15 @@ def test_the_engines_host_work_per_op_comes_from_the_untimed_iterations(bench_mo
              {"ops": 6, "launch_host": 8e-4, "completed": 8, "complete_host": 9e-4}]
     late = [{"ops": 1, "launch_host": 1.0, "completed": 1, "complete_host": 1.0}] * 18
     rec = {"config": {"cluster": {"device": "cpu"}}, "iterations": early + late}
-    assert bp.engine_host(rec) == pytest.approx((1.2e-4, 1e-4))
-    assert bp.engine_host({**rec, "config": {"cluster": {"device": "cuda"}}}) is None
+    host = lambda raw: bp.engine_host(Record.of(raw))  # noqa: E731
+    assert host(rec) == pytest.approx((1.2e-4, 1e-4))
+    assert host({**rec, "config": {"cluster": {"device": "cuda"}}}) is None
     auto = {**rec, "config": {"cluster": {"device": "auto"}}}  # resolved to CUDA where the host has a GPU
-    assert bp.engine_host({**auto, "hardware": {"gpus": []}}) == bp.engine_host(rec)
-    assert bp.engine_host({**auto, "hardware": {"gpus": ["NVIDIA H100"]}}) is None
-    assert bp.engine_host({**rec, "iterations": [{"time": 1.0}] * 20}) is None  # made before the engine timed it
+    assert host({**auto, "hardware": {"gpus": []}}) == host(rec)
+    assert host({**auto, "hardware": {"gpus": ["NVIDIA H100"]}}) is None
+    assert host({**rec, "iterations": [{"time": 1.0}] * 20}) is None  # made before the engine timed it
     idle = [{**r, "ops": 0} for r in early]
-    assert bp.engine_host({**rec, "iterations": idle + late}) is None
+    assert host({**rec, "iterations": idle + late}) is None
 
 
 def test_the_launches_host_work_in_backward_is_the_engines_not_slower_compute(tmp_path, bench_modules):
@@ -156,10 +158,10 @@ def test_the_launches_host_work_in_backward_is_the_engines_not_slower_compute(tm
     rows = [{"time": 9.0, "wait": 0.0, "forward": 9.0, "backward": 9.0, **host}]
     rows += [{"time": 0.4, "wait": 0.0, "forward": 0.12, "backward": 0.23, **host}] * 9
 
-    def run(name: str) -> dict:
-        return {"iterations": rows, "config": {"algo": {"name": name, "H": 2}, "cluster": {"device": "cpu"},
+    def run(name: str) -> Record:
+        return Record.of({"iterations": rows, "config": {"algo": {"name": name, "H": 2}, "cluster": {"device": "cpu"},
                                                "bandwidth": {"latency_ms": 0.0, "calibration": 1.0}},
-                "extra": {"world_size": 2, "algorithm": {}, "link": {"gbps": 10.0, "alpha_ms": 0.0, "carrier": "eager"}}}
+                "extra": {"world_size": 2, "algorithm": {}, "link": {"gbps": 10.0, "alpha_ms": 0.0, "carrier": "eager"}}})
 
     plsgd, ssgd = run("plsgd_enp"), run("ssgd")
     assert bp.host_charged(plsgd, profile, ("backward",)) == pytest.approx(0.01)
@@ -177,13 +179,13 @@ def test_a_records_turn_is_its_jobs_chunk(tmp_path, bench_modules):
     import json
 
     bp, _ = bench_modules
-    rec = {"_dir": str(tmp_path / "dreamddp"), "config": {"algo": {"name": "dreamddp", "H": 10}}}
+    raw = {"config": {"algo": {"name": "dreamddp", "H": 10}}}
     (tmp_path / "spec.json").write_text(json.dumps({"chunk": 1}))
-    assert bp.turn(rec) == 1
+    assert bp.turn(Record.of(raw, str(tmp_path / "dreamddp"))) == 1
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "spec.json").write_text(json.dumps({"chunk": 0}))
-    assert bp.turn({**rec, "_dir": str(tmp_path / "other" / "flsgd")}) == 10
-    assert bp.turn({"config": rec["config"]}) is None
+    assert bp.turn(Record.of(raw, str(tmp_path / "other" / "flsgd"))) == 10
+    assert bp.turn(Record.of(raw)) is None
 
 
 def test_phase_overhead_is_each_phase_difference_inside_each_repetition():

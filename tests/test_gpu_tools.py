@@ -68,3 +68,8 @@ def test_reports_cover_every_job_of_every_device_folder(tmp_path, capsys):
     side = (tmp_path / "README.md").read_text()
     assert "| algorithm | H200 x DreamDDP |" in side and "| flsgd |" in side
     assert "H100 h100/gpt2_ddp" in side and "H200 h200/gpt2_ddp" in side  # the overhead table: both machines
+    # it opens with the result card: a block per machine and model, at most 8 columns, before the details
+    card = side[side.index("## Result card"):side.index("\n## gpt2")]
+    assert "H200, h200/gpt2_reps: " in card
+    headers = [line for line in card.splitlines() if line.startswith("| algorithm |")]
+    assert headers and all(line.count("|") - 1 <= 8 for line in headers)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from dreamddp.reports.collect import MAX_POINTS, collect, compact, safe_name, write_compact
+from dreamddp.reports.collect import collect, safe_name, write_compact
+from dreamddp.reports.records import MAX_POINTS, compact
 from dreamddp.reports.tables import speedup_rows, write_tables
 
 REPO = Path(__file__).resolve().parents[1]
@@ -192,3 +193,24 @@ def test_wandb_table_offline(tmp_path, monkeypatch):
     write_tables(runs, tmp_path / "t")
     lines = (tmp_path / "t" / "tables" / "convergence_cpu.md").read_text().splitlines()
     assert sum(line.startswith("| ssgd |") for line in lines) == 1  # one detail row per run
+
+
+def _first_table(text: str) -> list[list[str]]:
+    """The cells of the first markdown table in ``text`` (its header first, the rule left out)."""
+    lines = text[text.index("\n|"):].strip().split("\n\n")[0].splitlines()
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines if not line.startswith("|---")]
+
+
+def test_a_studys_table_opens_with_a_card_of_at_most_8_columns_and_no_empty_one():
+    from dreamddp.reports.tables import markdown
+
+    timed = [compact(record(a, [1.0] + [t] * 4, [(4, 3.0)], H=h)) for a, t, h in
+             (("ssgd", 2.0, 10), ("flsgd", 0.5, 5), ("dreamddp", 0.4, 5))]
+    text = markdown(speedup_rows(timed), "x")
+    card = _first_table(text)
+    assert 1 < len(card) and len(card[0]) <= 8 and text.index("| setting |") < text.index("\n## ")
+    assert [r[1] for r in card[1:]] == ["ssgd", "flsgd H=5", "dreamddp H=5"]
+    assert all(any(row[i] for row in card[1:]) for i in range(len(card[0])))
+    # no evaluation in any run: no final value, no target, so neither column is shown
+    untargeted = _first_table(markdown(speedup_rows([compact(record("ssgd", [1.0] * 3, []))]), "x"))
+    assert not {"final eval loss", "time to target s"} & set(untargeted[0])

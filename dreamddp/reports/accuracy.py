@@ -22,8 +22,7 @@ from dreamddp.reports.render import write_readme
 def rows_of(runs_dir: str, ratio: float) -> list[dict]:
     out = []
     for model, reps in bench_report.load(runs_dir).items():
-        for rep, job in reps.items():
-            segs = records.raw(job)  # the simulator's record-level API reads the raw records
+        for rep, segs in reps.items():
             profile = bp.steady_profile(segs)
             if profile is None:
                 continue
@@ -33,12 +32,13 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             corr = bp.rank_correlation(segs)
             alone = bp.steady_profile(segs, (bp.NOSYNC,))  # nosync alone as the reference
             alone_skew = bp.reference_skew(segs, alone, labels=(bp.NOSYNC,))
-            nosync_backward = job[bp.NOSYNC].timed_mean("backward")
-            plain_backward = job["plain@ideal"].timed_mean("backward") if "plain@ideal" in job else None
-            chunk, regime = bp.job_chunk(next(iter(segs.values()))), bench_regime.compute_split(segs)
+            nosync_backward = segs[bp.NOSYNC].timed_mean("backward")
+            plain_backward = segs["plain@ideal"].timed_mean("backward") if "plain@ideal" in segs else None
+            chunk = next(iter(segs.values())).job_chunk()
+            regime = bench_regime.compute_split(records.raw(segs))
             for label in records.ordered(lb for lb in segs if lb in bench_report.TIMED):
-                typed, rec = job[label], segs[label]
-                measured = typed.mean_iteration
+                rec = segs[label]
+                measured = rec.mean_iteration
                 error = lambda s: None if s is None else s / measured - 1  # noqa: E731
                 predicted = bp.predict(rec, profile, skew)
                 drawn_apart = None if apart is None else bp.predict(rec, profile, apart)
@@ -47,20 +47,20 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
                 host = bp.engine_host(rec)
                 no_host = predicted if host is None else bp.predict(rec, profile, skew, host=False)
                 ring, at_end = _counterfactuals(rec, profile, skew, [op for ops in link_only.ops for op in ops])
-                late = bench_report.lateness(typed)
+                late = bench_report.lateness(rec)
                 out.append({"model": model, "ratio": ratio, "rep": rep, "chunk": chunk, "regime": regime,
                             "algorithm": label, "measured_s": measured, "predicted_s": predicted,
                             "error": error(predicted), "skew_drawn": "together" if together else "apart",
                             "apart_s": drawn_apart, "apart_error": error(drawn_apart), "rank_correlation": corr,
-                            "syncs_every_iteration": all(r.bytes > 0 for r in typed.timed()),
+                            "syncs_every_iteration": all(r.bytes > 0 for r in rec.timed()),
                             "own_compute_s": own, "own_error": error(own),
                             "nosync_only_error": error(bp.predict(rec, alone, alone_skew)),
                             "no_skew_s": bp.plan_bound(rec, profile, real=True, host=True),
                             "host_launch_us": None if host is None else 1e6 * host[0],
                             "host_complete_us": None if host is None else 1e6 * host[1],
                             "no_host_s": no_host, "no_host_error": error(no_host),
-                            "link_only_s": link_only.mean_iter, "in_run_s": typed.predicted_mean,
-                            **_in_run_parts(typed), "late_ms": None if late is None else 1e3 * late,
+                            "link_only_s": link_only.mean_iter, "in_run_s": rec.predicted_mean,
+                            **_in_run_parts(rec), "late_ms": None if late is None else 1e3 * late,
                             "backward_x_reference": bp.backward_over_reference(rec, segs, profile),
                             "nosync_x_plain": None if plain_backward is None else nosync_backward / plain_backward,
                             "ring_kinds_error": error(ring), "step_at_end_error": error(at_end)})
@@ -70,24 +70,21 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
 def _in_run_parts(rec: records.Record) -> dict:
     """The in-run prediction's error split, over the measured iteration: start-up compute against
     the run's own, predicted waits against the run's; and whether its step is the whole rest."""
-    predicted, profile = rec.prediction, rec.profile
-    if not predicted or not profile:
+    if not rec.prediction or not rec.profile:
         return {"in_run_compute_gap": None, "in_run_wait_gap": None, "in_run_whole_step": None}
-    start_up = sum(profile.get(k, 0.0) for k in ("forward_total", "backward_total", "step_time"))
     own = statistics.fmean(r.time - r.wait for r in rec.timed())
-    return {"in_run_compute_gap": (start_up - own) / rec.mean_iteration,
-            "in_run_wait_gap": (predicted.get("mean_wait") - rec.mean_wait) / rec.mean_iteration,
-            "in_run_whole_step": profile.get("optimizer_time") is not None}
+    return {"in_run_compute_gap": (rec.startup_compute() - own) / rec.mean_iteration,
+            "in_run_wait_gap": (rec.predicted_wait - rec.mean_wait) / rec.mean_iteration,
+            "in_run_whole_step": rec.startup_whole_step()}
 
 
-def _counterfactuals(rec: dict, profile, skew, ops: list) -> tuple[float | None, float | None]:
+def _counterfactuals(rec: records.Record, profile, skew, ops: list) -> tuple[float | None, float | None]:
     """The prediction with reduce-scatters and all-gathers timed as a ring from the all-reduce's
     probes, and with the whole step at the iteration's end; None where the plan has no such op."""
-    link = rec["extra"]["link"]
     ring = at_end = None
-    if link.get("real_transfer_kinds_ms") and any(op.collective != "all_reduce" for op in ops):
-        stripped = {k: v for k, v in link.items() if k != "real_transfer_kinds_ms"}
-        ring = bp.predict({**rec, "extra": {**rec["extra"], "link": stripped}}, profile, skew)
+    probed_all_reduce = rec.without_kind_probes()
+    if probed_all_reduce and any(op.collective != "all_reduce" for op in ops):
+        ring = bp.predict(probed_all_reduce, profile, skew)
     if any(op.steps for op in ops):
         at_end = bp.predict(rec, replace(profile, optimizer_time=0.0), skew)
     return ring, at_end

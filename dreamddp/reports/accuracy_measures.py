@@ -7,6 +7,8 @@ from __future__ import annotations
 import collections
 import statistics
 
+from dreamddp.reports.records import ordered
+from dreamddp.reports.spread import median_spread
 from dreamddp.run.summary import quantile
 
 TIE = 0.02  # runs measured closer are a tie: one algorithm moves 1-3% between repetitions of make bench
@@ -21,11 +23,25 @@ def by_job(rows: list[dict]) -> dict[tuple, list[dict]]:
     return dict(sorted(jobs.items()))
 
 
+def error_stats(errors) -> tuple[float | None, float | None]:
+    """The median and 95th percentile of the errors' absolute values (None, None where there are none)."""
+    errors = sorted(abs(e) for e in errors)
+    return (statistics.median(errors), quantile(errors, 0.95)) if errors else (None, None)
+
+
+def by_algorithm(rows: list[dict], models, **columns) -> list[dict]:
+    """Per model (in ``models``' order) and algorithm (display order) of ``rows``: how many, and
+    each of ``columns``' median (spread) of its function of a row."""
+    return [{"model": model, "algorithm": label, "runs": len(mine),
+             **{key: median_spread(of(r) for r in mine) for key, of in columns.items()}}
+            for model in models for label in ordered(r["algorithm"] for r in rows)
+            if (mine := [r for r in rows if r["model"] == model and r["algorithm"] == label])]
+
+
 def accuracy(rows: list[dict], error: str = "error", predicted: str = "predicted_s") -> tuple:
     """(median, 95th percentile of |``error``|, configurations ordered right, right counting ties, configurations)."""
-    errors = [abs(r[error]) for r in rows]
     ranks = ranking(rows, predicted)
-    return (statistics.median(errors), quantile(sorted(errors), 0.95), sum(r["right"] for r in ranks),
+    return (*error_stats(r[error] for r in rows), sum(r["right"] for r in ranks),
             sum(r["right_but_ties"] for r in ranks), len(ranks))
 
 

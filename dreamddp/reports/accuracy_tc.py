@@ -8,21 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 from pathlib import Path
 
 from dreamddp.atomic import write_csv
 from dreamddp.reports import records
+from dreamddp.reports.accuracy_measures import by_algorithm, error_stats
 from dreamddp.reports.render import write_readme
-from dreamddp.reports.spread import median_spread
-from dreamddp.run.summary import quantile
 
 TARGETS = {"median": 0.05, "p95": 0.10}  # issue 82's, on the a-priori absolute error
-
-
-def _stats(errors: list[float]) -> tuple[float, float]:
-    errors = sorted(abs(e) for e in errors)
-    return statistics.median(errors), quantile(errors, 0.95)
 
 
 def write(bench_dir: str, out: str, *, title: str | None = None, made_by: str | None = None,
@@ -37,14 +30,10 @@ def write(bench_dir: str, out: str, *, title: str | None = None, made_by: str | 
             if r.get("in_run_s")]
     if not rows:
         raise SystemExit(f"accuracy: no tc run with a prediction under {bench_dir}/tc/runs")
-    med, p95 = _stats([r["apriori_error"] for r in rows])
-    same_med, same_p95 = _stats([r["error"] for r in rows])
-    table = [{"model": model, "algorithm": label, "runs": len(mine),
-              "measured": median_spread(r["measured_s"] for r in mine),
-              "apriori": median_spread(100 * r["apriori_error"] for r in mine),
-              "same_job": median_spread(100 * r["error"] for r in mine)}
-             for model in sorted({r["model"] for r in rows}) for label in records.ordered(r["algorithm"] for r in rows)
-             if (mine := [r for r in rows if r["model"] == model and r["algorithm"] == label])]
+    med, p95 = error_stats(r["apriori_error"] for r in rows)
+    same_med, same_p95 = error_stats(r["error"] for r in rows)
+    table = by_algorithm(rows, sorted({r["model"] for r in rows}), measured=lambda r: r["measured_s"],
+                         apriori=lambda r: 100 * r["apriori_error"], same_job=lambda r: 100 * r["error"])
     readme = write_readme(out, "accuracy_tc.md.j2", title=title or "The simulator against the real shaped link",
                           mixed=mixed, made_by=made_by or f"dreamddp-bench accuracy --real-link {bench_dir} --out {out}",
                           bench_dir=bench_dir, rel=os.path.relpath(bench_dir, out), runs=len(rows), median=med, p95=p95,

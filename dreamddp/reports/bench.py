@@ -17,7 +17,6 @@ from dreamddp.bench.overhead import engine_overhead, fmt_ms, phase_overhead
 from dreamddp.bench.regime import batch, compute_split, emulation
 from dreamddp.bench.segments import IDEAL, OPT_IN, TIMED, VARIES
 from dreamddp.engine.layout import UnitLayout
-from dreamddp.prediction import record_carrier, record_link
 from dreamddp.reports import card, records
 from dreamddp.reports import predict as bp
 from dreamddp.reports.render import write_readme
@@ -63,11 +62,11 @@ def paper_ratios(model: str) -> dict:
 def authors_on_ours(segs: dict) -> dict:
     """Baseline / DreamDDP under the authors' model on THIS job's profile and link: beside the
     measured ratios it shows what leaving the forward pass out of their model does to the gain."""
-    profile = bp.steady_profile(records.raw(segs))
+    profile = bp.steady_profile(segs)
     rec = segs.get(REFERENCE)
     if profile is None or rec is None:
         return {}
-    link = record_link(rec.raw)
+    link = rec.link_model()
     comm = {u: link.seconds("all_reduce", profile.nbytes[u], rec.world) for u in profile.units}
     return _over_dreamddp(modelled_times(replace(profile, comm=comm), rec.H)["algorithm_times"])
 
@@ -83,15 +82,14 @@ def lateness(rec: records.Record) -> float | None:
 def per_rep(reps: dict) -> dict:
     """Per repetition and segment: measured, predicted, bounds (seconds), ratios."""
     out: dict = {}
-    for job in reps.values():
-        segs = records.raw(job)  # the analysis (predict.py) reads the raw records
+    for segs in reps.values():
         profile = bp.steady_profile(segs)
         skew = bp.reference_skew(segs, profile) if profile else None
-        for label in records.ordered(lb for lb in job if lb in TIMED):
-            typed, rec = job[label], segs[label]
-            row = {"measured": typed.mean_iteration, "late": lateness(typed), "probed": record_carrier(rec) is not None}
-            if REFERENCE in job:
-                row["x_dreamddp"] = typed.mean_iteration / job[REFERENCE].mean_iteration
+        for label in records.ordered(lb for lb in segs if lb in TIMED):
+            rec = segs[label]
+            row = {"measured": rec.mean_iteration, "late": lateness(rec), "probed": rec.real_transfer() is not None}
+            if REFERENCE in segs:
+                row["x_dreamddp"] = rec.mean_iteration / segs[REFERENCE].mean_iteration
             if any(label in segs for label in bp.COMPUTE_ONLY):
                 row.update(compute_over=bp.backward_over_reference(rec, segs, profile),
                            forward_over=bp.forward_over_reference(rec, segs),
@@ -102,8 +100,8 @@ def per_rep(reps: dict) -> dict:
                 row.update(predicted=bp.predict(rec, profile, skew), plan_bound=bp.plan_bound(rec, profile),
                            plan_real=bp.plan_bound(rec, profile, real=True),
                            plan_host=bp.plan_bound(rec, profile, real=True, host=True),
-                           bound=bp.structure_bound(label, rec, profile),
-                           any_bound=bp.structure_bound(label, rec, profile, any_assignment=True),
+                           bound=bp.structure_bound(rec, profile),
+                           any_bound=bp.structure_bound(rec, profile, any_assignment=True),
                            compute=bp.compute_time(profile), forward_steps=bp.forward_steps(rec, profile))
             out.setdefault(label, []).append(row)
     return out
@@ -114,7 +112,7 @@ def in_flight_bytes(rec: records.Record | None) -> int | None:
     launched in the last ``merge_delay`` iterations (each holds a copy of its units)."""
     if not rec or not rec.delayed:
         return None
-    d = int(rec.options.get("merge_delay") or 0)
+    d = int(rec.option("merge_delay") or 0)
     names = tuple(name for name, _ in rec.units)
     layout = UnitLayout(names, tuple(4 * n for _, n in rec.units), frozenset(), rec.world)
     per = [sum(layout.op_bytes(late_op(*late_run(e), d, late_part(e))) for e in its) for its in rec.delayed]
@@ -142,7 +140,7 @@ def _memory(reps: dict, some: dict) -> dict:
     if not memory:
         return {}
     # as each record says it measured (CPU records before 2026-11-29 missed frees on gloo's thread)
-    notes = sorted({(r.memory or {}).get("note") or "" for r in measured} - {""})
+    notes = sorted({r.memory_note or "" for r in measured} - {""})
     ratio = lambda peak, ref: peak / memory[ref] if memory.get(ref) else None  # noqa: E731
     out = {"how": "; ".join(notes) or "not recorded",
            "rows": [(label, peak / 2**20, ratio(peak, "plain@ideal"), ratio(peak, "nosync@ideal"))
@@ -164,7 +162,7 @@ def model_section(model: str, reps: dict) -> tuple[dict, list[dict]]:
     some = next(iter(reps.values()))
     # the header's run: a timed one (the calibration run is shorter and has no algorithm of its own)
     head = some.get(REFERENCE) or some.get(bp.NOSYNC) or next(r for label, r in some.items() if label != "calibration")
-    comm_backward = [s["ssgd"].mean_wait / s["ssgd"].summary["mean_backward"] for s in reps.values() if "ssgd" in s]
+    comm_backward = [s["ssgd"].mean_wait / s["ssgd"].mean_backward for s in reps.values() if "ssgd" in s]
     rows = []
     for label in records.ordered(stats):
         st = stats[label]

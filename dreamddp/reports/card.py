@@ -1,6 +1,7 @@
 """The result card, ``dreamddp-results card RUNS... [--figure F] [--csv F] [--mix]``: one block per model,
 data set and worker count, a row per algorithm (at most 8 columns, an all-n/a one left out); a speedup
-is taken run against run of the same seed before its median.  A benchmark's side runs are left out.
+is taken run against run of the same seed (and benchmark repetition) before its median.  A benchmark's
+side runs are left out.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from dreamddp.atomic import write_csv
 from dreamddp.reports.collect import collect
 from dreamddp.reports.records import Record, check_provenance, order
-from dreamddp.reports.render import table
+from dreamddp.reports.render import spread_table
 from dreamddp.reports.spread import median_spread
 from dreamddp.reports.target import SMOOTH, train_loss_points
 
@@ -28,7 +29,7 @@ def records_of(runs: list[dict]) -> list[Record]:
     """Typed records of collected (compact) runs, a benchmark segment labelled by its folder."""
     out = []
     for run in runs:
-        source = Path(run.get("source") or "")
+        source = Path(Record(run).source or "")
         out.append(Record.of(run, str(source), source.name if re.fullmatch(r"rep\d+", source.parent.name) else None))
     return out
 
@@ -40,10 +41,10 @@ def _unique_labels(records: list[Record]) -> None:
     for r in records:
         by_label[r.label].append(r)
     for label, rs in by_label.items():
-        keys = sorted({k for r in rs for k in r.options if len({str(b.options.get(k)) for b in rs}) > 1})
+        keys = sorted({k for r in rs for k in r.options if len({str(b.option(k)) for b in rs}) > 1})
         for r in rs:
             if keys:
-                r.label = label + " " + " ".join(f"{k}={r.options.get(k)}" for k in keys)
+                r.label = label + " " + " ".join(f"{k}={r.option(k)}" for k in keys)
 
 
 def blocks(records: list[Record]) -> dict[tuple, dict[str, list[Record]]]:
@@ -51,7 +52,7 @@ def blocks(records: list[Record]) -> dict[tuple, dict[str, list[Record]]]:
     by_block: dict[tuple, list[Record]] = defaultdict(list)
     for r in records:
         if r.label != "calibration" and not r.label.endswith("@memory"):
-            by_block[(r.summary.get("model", r.model), r.data, r.world)].append(r)
+            by_block[(r.shown_model, r.data, r.world)].append(r)
     out = {}
     for key, members in by_block.items():
         _unique_labels(members)  # within the block: another model's options are not a variant
@@ -65,9 +66,9 @@ def blocks(records: list[Record]) -> dict[tuple, dict[str, list[Record]]]:
 
 
 def _speedup(base: list[Record], runs: list[Record]):
-    """Median (spread) of base's time / this one's, paired by seed where both have it."""
-    by_seed = {r.seed: r.mean_iteration for r in base}
-    paired = [by_seed[r.seed] / r.mean_iteration for r in runs if r.seed in by_seed]
+    """Median (spread) of base's time / this one's, paired by seed and repetition where both have it."""
+    by_seed = {r.pair_key: r.mean_iteration for r in base}
+    paired = [by_seed[r.pair_key] / r.mean_iteration for r in runs if r.pair_key in by_seed]
     if not paired and base:
         paired = [statistics.median(r.mean_iteration for r in base) / statistics.median(r.mean_iteration for r in runs)]
     return median_spread(paired)
@@ -89,35 +90,24 @@ def card_rows(records: list[Record]) -> list[tuple[tuple, list[dict]]]:
     return out
 
 
-def _fmt(value, digits: int) -> str:
-    if value is None:
-        return "n/a"
-    m, lo, hi = value
-    return f"{m:.{digits}f}" if lo == hi else f"{m:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
-
-
-def _cells(row: dict) -> list[str]:
-    return [str(row[k]) if d is None else _fmt(row[k], d) for k, d in zip(COLUMNS, DIGITS)]
-
-
 def _link(rs: list[Record]) -> str:
-    links = [r.link for r in rs if r.paced]
-    if not links:
+    paced = [r for r in rs if r.paced]
+    if not paced:
         return "ideal link"
-    rates = [link.get("gbps") for link in links if link.get("gbps")]
+    rates = [r.link_gbps for r in paced if r.link_gbps]
     rate = f" {1e3 * statistics.median(rates):.3g} Mbit/s" if rates else ""
-    return f"{links[0]['backend']} link{rate}"
+    return f"{paced[0].link_backend} link{rate}"
 
 
 def card_tables(records: list[Record]) -> list[dict]:
     """Per block: its caption and its table (templates' md_table; all-n/a columns dropped)."""
     out = []
     for (model, data, workers), rows in card_rows(records):
-        members = [r for r in records if (r.summary.get("model", r.model), r.data, r.world) == (model, data, workers)]
-        H = {r.options.get("H") for r in members} - {None}
+        members = [r for r in records if (r.shown_model, r.data, r.world) == (model, data, workers)]
+        H = {r.option("H") for r in members} - {None}
         out.append({"caption": f"{model} on {data}, {workers} workers, {_link(members)}"
                                + (f", H={'/'.join(map(str, sorted(H)))}" if H else ""),
-                    "table": table(list(HEADER), [_cells(r) for r in rows])})
+                    "table": spread_table(rows, list(zip(HEADER, COLUMNS, DIGITS)), collapse=True)})
     return out
 
 

@@ -116,8 +116,7 @@ def divergence(runs: list[Record], path: Path) -> Path:
 
 def _link_x(run: Record) -> float:
     """Link speed as 1/ratio (ratio studies) or Gbit/s: larger is a faster link either way."""
-    ratio = run.bandwidth.get("comm_ratio")
-    return 1.0 / ratio if ratio else float(run.bandwidth.get("gbps") or 0.0)
+    return 1.0 / run.comm_ratio if run.comm_ratio else float(run.bandwidth_gbps or 0.0)
 
 
 def bandwidth(runs: list[Record], path: Path) -> Path:
@@ -139,7 +138,7 @@ def bandwidth(runs: list[Record], path: Path) -> Path:
         for ax in axes[:, col]:
             ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
             ax.xaxis.set_minor_locator(NullLocator())  # x only: keep the log y axis readable
-        ratio = any(r.bandwidth.get("comm_ratio") for r in members)
+        ratio = any(r.comm_ratio for r in members)
         xlabel = "link speed: backward time / all-reduce time (1 / comm_ratio)" if ratio else "link (Gbit/s)"
         axes[0][col].set(title=key, xlabel=xlabel, ylabel="mean iteration time (s)")
         axes[1][col].set(xlabel=xlabel, ylabel="mean exposed wait (s)")

@@ -8,7 +8,9 @@ import csv
 from pathlib import Path
 
 from dreamddp.bench import overhead, regime
+from dreamddp.bench.segments import TIMED
 from dreamddp.reports import bench as report
+from dreamddp.reports import card as result_card
 from dreamddp.reports import records
 from dreamddp.reports.render import table, write_readme
 from dreamddp.reports.spread import fmt_spread
@@ -43,15 +45,16 @@ def job_folders(gpu: Path) -> dict[str, list[Path]]:
     return {card: jobs for card, jobs in kinds.items() if jobs}
 
 
-def _models(cards: dict, jobs: dict, cpu_dir: Path) -> list[dict]:
-    """Per model: each card's regime and the table of its ratios beside the CPU's and the paper's."""
+def _models(cards: dict, jobs: dict, cpu_dir: Path) -> tuple[list[dict], list[dict]]:
+    """The result card's blocks (per model and card: the job whose ratios the tables show), and per
+    model: each card's regime and the table of its ratios beside the CPU's and the paper's."""
     cpu, cpu_jobs = rows_of(cpu_dir / "bench.csv"), report.load(str(cpu_dir / "runs"))
     timed = {card: {} for card in cards}  # {card: {(model, algo): (bench.csv row, job folder)}}, first job wins
     for card, dirs in cards.items():
         for d in dirs:
             for key, row in rows_of(d / "bench.csv").items():
                 timed[card].setdefault(key, (row, d))
-    models = []
+    models, blocks = [], []
     for model in ("gpt2", "resnet18", "resnet50"):
         found = {card: next((d for (m, _), (_, d) in t.items() if m == model), None) for card, t in timed.items() if t}
         ran = [card for card, d in found.items() if d]  # the machines that timed this model
@@ -60,6 +63,9 @@ def _models(cards: dict, jobs: dict, cpu_dir: Path) -> list[dict]:
         regimes = []
         for card in ran:
             reps = jobs[found[card]][model]
+            shown = [r for segs in reps.values() for r in segs.values() if r.label in TIMED]
+            blocks += [{**block, "caption": f"{card}, {found[card].parent.name}/{found[card].name}: {block['caption']}"}
+                       for block in result_card.card_tables(shown)]
             first = reps[min(reps)]
             rec = next(iter(first.values()))
             regimes.append((card, len(reps), regime.batch(rec.raw), regime.emulation(rec.raw, records.raw(first))
@@ -79,7 +85,7 @@ def _models(cards: dict, jobs: dict, cpu_dir: Path) -> list[dict]:
         header = ["algorithm"] + [f"{c} {k}" for c in ran for k in RATIOS]
         models.append({"name": model, "regimes": regimes, "cpu": cpu_regime,
                        "table": table(header + ["CPU x DreamDDP", "CPU bound / measured", "paper x DreamDDP (modelled)"], rows)})
-    return models
+    return blocks, models
 
 
 def overhead_table(cards: dict, jobs: dict) -> list[list[str]]:
@@ -115,8 +121,9 @@ def write(gpu: Path, cpu_dir: Path, *, title: str | None = None, made_by: str | 
         peaks += [(model, algo, mem[algo] / 2**20, mem[algo] / plain if plain else None) for algo in sorted(mem)]
         if any(per_job.values()):
             sources[model] = [f"{d.parent.name}/{d.name}" for d, found in per_job.items() if found]
+    blocks, models = _models(cards, jobs, cpu_dir)
     readme = write_readme(gpu, "gpu.md.j2", title=title or "The algorithms side by side on one GPU shared by 2 workers, "
                           "next to the CPU and the paper", mixed=mixed, made_by=made_by or "dreamddp-bench gpu --reports",
-                          cpu_dir=cpu_dir, models=_models(cards, jobs, cpu_dir), overhead=overhead_table(cards, jobs),
+                          cpu_dir=cpu_dir, cards=blocks, models=models, overhead=overhead_table(cards, jobs),
                           overhead_columns=OVERHEAD_COLUMNS, peaks=peaks, memory_sources=sources)
     return [readme]

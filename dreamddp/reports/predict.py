@@ -14,8 +14,6 @@ the least iteration any plan of the algorithm's kind could take on this profile 
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -24,8 +22,8 @@ import numpy as np
 
 from dreamddp.algorithms import ALGORITHMS
 from dreamddp.engine.plan import When
-from dreamddp.prediction import compute_of, record_carrier, record_link, simulate_record, skew_of
-from dreamddp.run.summary import warmup_cut
+from dreamddp.prediction import compute_of, simulate_record, skew_of
+from dreamddp.reports.records import RankCompute, Record, Row, raw_rest, raw_timed, typed
 from dreamddp.schedule.cost import arrays, overlap_terms
 from dreamddp.schedule.delay import late_room
 from dreamddp.schedule.general import hiding_bound
@@ -40,39 +38,29 @@ WINDOWS = 20  # windows the skewed prediction averages over
 LAUNCHED_IN = {"backward": When.UNIT_READY, "forward": When.BEFORE_FORWARD}  # the hooks a phase runs
 CONTIGUOUS = ("dreamddp", "optimal")  # schedulers whose plans sync one contiguous run of units per iteration
 
-
-
-def sync_world(rec: dict) -> int:
-    """The ranks a sync spans: the replicas (a sharded run's ranks over its shards per replica)."""
-    return rec["extra"]["world_size"] // int((rec["config"].get("cluster") or {}).get("shards") or 1)
-
-def timed(rec: dict) -> list[dict]:
-    return rec["iterations"][warmup_cut(len(rec["iterations"])):]
+# The analysis takes records.Record and jobs as {label: Record}.  dreamddp/bench/overhead.py and
+# regime.py call these four with raw records and rows (they take no Record yet).
+timed, step_and_rest = raw_timed, raw_rest
 
 
 def mean_iteration(rec: dict) -> float:
-    return rec["summary"]["mean_iteration_time"]
-
-
-def step_and_rest(row: dict) -> float:
-    """One iteration less its waits, forward and backward: the step and the engine's books."""
-    return row["time"] - row["wait"] - row["forward"] - row["backward"]
+    return typed(rec).mean_iteration
 
 
 def timed_mean(rec: dict, field: str) -> float:
-    return statistics.fmean(r[field] for r in timed(rec))
+    return typed(rec).timed_mean(field)
 
 
-def reference_rows(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> list[dict]:
+def reference_rows(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> list[Row]:
     """The timed iterations of the job's compute-only runs (``labels``), pooled."""
-    return [r for label in labels if label in segs for r in timed(segs[label])]
+    return [r for label in labels if label in segs for r in segs[label].timed()]
 
 
 def reference_mean(segs: dict, field: str, labels: tuple[str, ...] = COMPUTE_ONLY) -> float:
-    return statistics.fmean(r[field] for r in reference_rows(segs, labels))
+    return statistics.fmean(getattr(r, field) for r in reference_rows(segs, labels))
 
 
-def host_charged(rec: dict, profile: Profile | None, phases: tuple[str, ...]) -> float:
+def host_charged(rec: Record, profile: Profile | None, phases: tuple[str, ...]) -> float:
     """Seconds per iteration of engine host work the predictions charge inside ``phases``: the
     plan's launches there, each at ``engine_host``'s cost (not compute, though a phase's time holds it)."""
     host = engine_host(rec)
@@ -82,46 +70,45 @@ def host_charged(rec: dict, profile: Profile | None, phases: tuple[str, ...]) ->
     return host[0] * sum(op.launch in points for ops in iterations for op in ops) / max(1, len(iterations))
 
 
-def forward_steps(rec: dict, profile: Profile | None) -> tuple[float, float] | None:
+def forward_steps(rec: Record, profile: Profile | None) -> tuple[float, float] | None:
     """(measured, charged) seconds per iteration of optimizer steps applied in forward where
     collectives completed (SyncOp.steps); None where the records lack them or none ran."""
-    rows = timed(rec)
-    if profile is None or not rows or "forward_steps" not in rows[0]:
+    rows = rec.timed()
+    if profile is None or not rows or rows[0].forward_steps is None:
         return None
-    measured = statistics.fmean(r["forward_steps"] for r in rows)
+    measured = statistics.fmean(r.forward_steps for r in rows)
     if measured <= 0:
         return None
     compute, iterations = compute_of(profile), plan_run(rec, profile).ops
     return measured, sum(compute.stepped(op) for ops in iterations for op in ops) / max(1, len(iterations))
 
 
-def backward_over_reference(rec: dict, segs: dict, profile: Profile | None = None) -> float:
+def backward_over_reference(rec: Record, segs: dict, profile: Profile | None = None) -> float:
     """The run's backward less charged host work over the compute-only runs': no wait falls in
     backward, so this says whether the run computed slower than the predictions charge."""
-    backward = timed_mean(rec, "backward") - host_charged(rec, profile, ("backward",))
+    backward = rec.timed_mean("backward") - host_charged(rec, profile, ("backward",))
     return backward / reference_mean(segs, "backward")
 
 
-def forward_over_reference(rec: dict, segs: dict) -> float:
-    return timed_mean(rec, "forward") / reference_mean(segs, "forward")
+def forward_over_reference(rec: Record, segs: dict) -> float:
+    return rec.timed_mean("forward") / reference_mean(segs, "forward")
 
 
-def waits_in_forward(rec: dict) -> bool:
+def waits_in_forward(rec: Record) -> bool:
     """Whether the plan completes collectives before a unit's forward (DeAR, overlap_forward)."""
-    algo = rec["config"]["algo"]
-    return bool(algo.get("overlap_forward")) or ALGORITHMS.lookup(algo["name"]).uses_forward_hooks
+    return bool(rec.option("overlap_forward")) or ALGORITHMS.lookup(rec.algo).uses_forward_hooks
 
 
-def compute_phases(rec: dict) -> tuple[str, ...]:
+def compute_phases(rec: Record) -> tuple[str, ...]:
     """The run's phases that are compute alone: backward, and forward where no wait falls in it."""
     return ("backward",) if waits_in_forward(rec) else ("forward", "backward")
 
 
-def compute_excess(rec: dict, segs: dict, profile: Profile | None = None) -> float:
+def compute_excess(rec: Record, segs: dict, profile: Profile | None = None) -> float:
     """Seconds per iteration the run computed beyond the compute-only runs over its
     ``compute_phases``, less the host work charged there (negative: faster)."""
     phases = compute_phases(rec)
-    measured = sum(timed_mean(rec, f) - reference_mean(segs, f) for f in phases)
+    measured = sum(rec.timed_mean(f) - reference_mean(segs, f) for f in phases)
     return measured - host_charged(rec, profile, phases)
 
 
@@ -130,28 +117,28 @@ def steady_profile(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> Profil
     optimizer step alone stays the profiler's (what a plan that steps in forward moves)."""
     if REFERENCE not in segs or NOSYNC not in segs:
         return None
-    profile = load_profile(os.path.join(segs[REFERENCE]["_dir"], "profile"))
+    profile = load_profile(Path(segs[REFERENCE].path) / "profile")
     rows = reference_rows(segs, labels)
-    fwd, bwd = (statistics.fmean(r[f] for r in rows) for f in ("forward", "backward"))
-    rest = statistics.fmean(step_and_rest(r) for r in rows)
+    fwd, bwd = (statistics.fmean(getattr(r, f) for r in rows) for f in ("forward", "backward"))
+    rest = statistics.fmean(r.rest for r in rows)
     fs, bs = fwd / sum(profile.fwd.values()), bwd / sum(profile.bp.values())
     return replace(profile, fwd={u: v * fs for u, v in profile.fwd.items()},
                    bp={u: v * bs for u, v in profile.bp.items()}, step_time=rest,
                    optimizer_time=profile.optimizer_seconds)
 
 
-def own_compute(rec: dict, profile: Profile) -> Profile:
+def own_compute(rec: Record, profile: Profile) -> Profile:
     """``profile`` scaled to the run's own compute (iteration less waits): a diagnostic that
     leaves only the communication model's error."""
-    k = statistics.fmean(r["time"] - r["wait"] for r in timed(rec)) / compute_time(profile)
+    k = statistics.fmean(r.time - r.wait for r in rec.timed()) / compute_time(profile)
     optimizer = None if profile.optimizer_time is None else profile.optimizer_time * k
     return replace(scaled(profile, bp=k), step_time=profile.step_time * k, optimizer_time=optimizer)
 
 
-def _compute_by_rank(segs: dict, labels: tuple[str, ...]) -> tuple[list[list[dict]], bool]:
-    """Each ``labels`` run's ``extra.compute_by_rank``, and whether every rank kept its series."""
-    runs = [segs[label]["extra"].get("compute_by_rank") or [] for label in labels if label in segs]
-    return runs, all("series" in r for run in runs for r in run)
+def _compute_by_rank(segs: dict, labels: tuple[str, ...]) -> tuple[list[list[RankCompute]], bool]:
+    """Each ``labels`` run's ranks' compute, and whether every rank kept its series."""
+    runs = [segs[label].compute_by_rank for label in labels if label in segs]
+    return runs, all(r.series is not None for run in runs for r in run)
 
 
 def reference_skew(segs: dict, profile: Profile, seed: int = 0, labels: tuple[str, ...] = COMPUTE_ONLY,
@@ -164,9 +151,9 @@ def reference_skew(segs: dict, profile: Profile, seed: int = 0, labels: tuple[st
     if ranks < 2:
         return None
     if together and series:
-        by_rank = [[x for r in runs for x in r[i]["series"]] for i in range(ranks)]
+        by_rank = [[x for r in runs for x in r[i].series] for i in range(ranks)]
         return replace(skew_of(by_rank, profile, seed), joint=True)
-    return skew_of([[q for r in runs for q in r[i]["quantiles"]] for i in range(ranks)], profile, seed)
+    return skew_of([[q for r in runs for q in r[i].quantiles] for i in range(ranks)], profile, seed)
 
 
 def rank_correlation(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> float | None:
@@ -174,59 +161,48 @@ def rank_correlation(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> floa
     runs, series = _compute_by_rank(segs, labels)
     if not runs or min(len(r) for r in runs) < 2 or not series:
         return None
-    centred = [x - x.mean(axis=1, keepdims=True) for x in (np.array([r["series"] for r in run], dtype=float)
+    centred = [x - x.mean(axis=1, keepdims=True) for x in (np.array([r.series for r in run], dtype=float)
                                                             for run in runs)]
     a = np.concatenate(centred, axis=1)
     return float(np.mean(np.corrcoef(a)[np.triu_indices(len(a), 1)]))
 
 
-def engine_host(rec: dict) -> tuple[float, float] | None:
+def engine_host(rec: Record) -> tuple[float, float] | None:
     """The engine's host seconds per op (launching, completing) over the untimed first iterations;
     None for older records, runs that launched nothing then, and CUDA runs (host work runs ahead)."""
-    device = (rec["config"].get("cluster") or {}).get("device", "cpu")
-    if device == "cuda" or (device == "auto" and (rec.get("hardware") or {}).get("gpus")):
+    if rec.device == "cuda" or (rec.device == "auto" and rec.gpus):
         return None
-    rows = rec["iterations"][:warmup_cut(len(rec["iterations"]))]
-    if not rows or "launch_host" not in rows[0] or not sum(r["ops"] for r in rows):
+    host = [r.host for r in rec.warmup()]
+    if not host or host[0] is None:
         return None
-    per_op = lambda secs, n: sum(r[secs] for r in rows) / max(1, sum(r[n] for r in rows))  # noqa: E731
-    return per_op("launch_host", "ops"), per_op("complete_host", "completed")
+    launch, ops, complete, completed = (sum(h[i] for h in host) for i in range(4))
+    return (launch / ops, complete / max(1, completed)) if ops else None
 
 
-def job_chunk(rec: dict) -> int | None:
-    """The interleaved job's chunk (its spec.json's; 0: one H-window); None outside such a job."""
-    spec = Path(rec["_dir"]).parent / "spec.json" if rec.get("_dir") else None
-    if spec is None or not spec.is_file():
-        return None
-    return int(json.loads(spec.read_text()).get("chunk") or 0)
-
-
-def turn(rec: dict) -> int | None:
+def turn(rec: Record) -> int | None:
     """Iterations per turn of the interleaved job, each starting at a barrier (bench/worker.py)."""
-    chunk = job_chunk(rec)
-    return None if chunk is None else chunk or int(rec["config"]["algo"]["H"])
+    chunk = rec.job_chunk()
+    return None if chunk is None else chunk or int(rec.option("H"))
 
 
-def _simulate(rec: dict, profile: Profile, skew, windows: int, real: bool, host: bool):
-    algo = rec["config"]["algo"]
-    return simulate_record(profile, rec["config"], world=sync_world(rec), link=record_link(rec),
-                           plan=rec["extra"]["algorithm"], skew=skew, carrier=record_carrier(rec) if real else None,
-                           carrier_at_step=rec["extra"]["link"].get("carrier") == "step",
-                           iterations=windows * int(algo["H"]), host=engine_host(rec) if host else None,
+def _simulate(rec: Record, profile: Profile, skew, windows: int, real: bool, host: bool):
+    return simulate_record(profile, rec.config, world=rec.replicas, link=rec.link_model(), plan=rec.plan, skew=skew,
+                           carrier=rec.real_transfer() if real else None, carrier_at_step=rec.carrier == "step",
+                           iterations=windows * int(rec.option("H")), host=engine_host(rec) if host else None,
                            interleaving=None if turn(rec) is None else Interleaving(turn(rec)))
 
 
-def predict(rec: dict, profile: Profile, skew, host: bool = True) -> float:
+def predict(rec: Record, profile: Profile, skew, host: bool = True) -> float:
     """``host=False``: without the engine's host work per op (a counterfactual)."""
     return _simulate(rec, profile, skew, WINDOWS, real=True, host=host).mean_iter
 
 
-def plan_run(rec: dict, profile: Profile, real: bool = False, host: bool = False):
+def plan_run(rec: Record, profile: Profile, real: bool = False, host: bool = False):
     """The run's own plan with no skew over one window; bounds leave host work out unless ``host``."""
     return _simulate(rec, profile, None, 1, real, host)
 
 
-def plan_bound(rec: dict, profile: Profile, real: bool = False, host: bool = False) -> float:
+def plan_bound(rec: Record, profile: Profile, real: bool = False, host: bool = False) -> float:
     return plan_run(rec, profile, real, host).mean_iter
 
 
@@ -234,35 +210,33 @@ def compute_time(profile: Profile) -> float:
     return sum(profile.fwd.values()) + sum(profile.bp.values()) + profile.step_time
 
 
-def late_parts(rec: dict) -> int:
+def late_parts(rec: Record) -> int:
     """The most parts the plan may cut a late collective into (records before the cut: 1)."""
-    algo = rec["config"]["algo"]
-    return max(1, min(int(algo.get("late_parts") or 1), int(algo["H"])))
+    return max(1, min(int(rec.option("late_parts") or 1), int(rec.option("H"))))
 
 
-def structure_bound(label: str, rec: dict, profile: Profile, any_assignment: bool = False) -> float:
+def structure_bound(rec: Record, profile: Profile, any_assignment: bool = False) -> float:
     """The least iteration of any plan of the algorithm's kind; for the others, their own plan.  DreamDDP:
     contiguous schedulers, the exact optimum over splits (schedule/optimal.py); the general scheduler
     (or ``any_assignment``), each unit's all-reduce overrunning the rest of backward alone on the link;
     a delayed merge, each unit that or what overruns d iterations of compute, at least the window's traffic / H."""
-    algo = rec["config"]["algo"]
-    if algo["name"] != "dreamddp":
+    if rec.algo != "dreamddp":
         return plan_bound(rec, profile)
-    link, world, H = record_link(rec), sync_world(rec), int(algo["H"])
+    link, world, H = rec.link_model(), rec.replicas, int(rec.option("H"))
     bp, _ = arrays(profile)
     comm = np.array([link.seconds("all_reduce", profile.nbytes[u], world) for u in profile.units])
     compute = compute_time(profile)
     fwd = sum(profile.fwd.values())
     ready = fwd + np.cumsum(bp)
     end = np.full(len(bp), fwd + float(bp.sum()))
-    slack, moved = overlap_terms(profile, bool(algo.get("overlap_forward")))  # until the unit's next forward
+    slack, moved = overlap_terms(profile, bool(rec.option("overlap_forward")))  # until the unit's next forward
     if slack is not None:
         end = end + slack - moved
     synced = comm > 0
     overrun = np.maximum(0.0, comm - (end - ready))  # in place, alone on the link (hiding_bound's terms)
-    delay = int(algo.get("merge_delay") or 0)
-    if not delay and algo.get("scheduler", "dreamddp") in CONTIGUOUS and not any_assignment:
-        if algo.get("fuse") and slack is None:  # fused runs pay a collective's fixed cost once, not per unit
+    delay = int(rec.option("merge_delay") or 0)
+    if not delay and rec.option("scheduler", "dreamddp") in CONTIGUOUS and not any_assignment:
+        if rec.option("fuse") and slack is None:  # fused runs pay a collective's fixed cost once, not per unit
             fixed = link.seconds("all_reduce", 0, world)
             return compute + optimal_cuts(bp, np.where(comm > 0, comm - fixed, 0.0), H)[0] / H
         return compute + optimal_cuts(bp, comm, H, slack, moved)[0] / H

@@ -9,6 +9,7 @@ Provenance: ``check_provenance`` refuses records of different code in one report
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 
 from dreamddp.algorithms import ALGORITHMS
+from dreamddp.prediction import record_carrier, record_link
 from dreamddp.reports.target import SMOOTH
 from dreamddp.run.summary import warmup_cut
 
@@ -75,18 +77,27 @@ class Row:
     wire_bytes: float | None = None  # what this worker sent (None: an old record)
     elapsed: float | None = None  # compact records: training seconds up to this row
     collectives: tuple = ()  # sampled rows: (complete, deadline, blocked) per collective, seconds in the iteration
+    forward_steps: float | None = None  # optimizer steps applied in forward (SyncOp.steps); None in older records
+    # the engine's host work: (launch seconds, ops launched, complete seconds, ops completed); None in older records
+    host: tuple | None = None
 
     @property
     def wire(self) -> float:
         return self.bytes if self.wire_bytes is None else self.wire_bytes
 
+    @property
+    def rest(self) -> float:
+        """The iteration less its waits, forward and backward: the step and the engine's books."""
+        return self.time - self.wait - self.forward - self.backward
+
     @classmethod
     def of(cls, r: dict) -> "Row":
         events = tuple((e.get("complete"), e.get("deadline"), e.get("blocked", 0.0))
                        for e in (r.get("timeline") or {}).get("collectives", []))
+        host = (r["launch_host"], r["ops"], r["complete_host"], r["completed"]) if "launch_host" in r else None
         return cls(r.get("iteration", 0), r.get("time", 0.0), r.get("wait", 0.0), r.get("forward", 0.0),
                    r.get("backward", 0.0), r.get("loss"), r.get("bytes", 0), r.get("wire_bytes"), r.get("elapsed"),
-                   events)
+                   events, r.get("forward_steps"), host)
 
 
 @dataclass(frozen=True)
@@ -119,10 +130,17 @@ class Divergence:
                    list(per_unit.values()) if isinstance(per_unit, dict) else list(per_unit))
 
 
+@dataclass(frozen=True)
+class RankCompute:
+    """One rank's compute seconds per iteration in a run: its quantiles, and the series where kept."""
+    quantiles: list
+    series: list | None = None
+
+
 @dataclass
 class Record:
     """A run record, typed: the one place a report reads a record's keys."""
-    raw: dict = field(repr=False)  # the door through which the analysis (predict.py) reads what is not typed
+    raw: dict = field(repr=False)  # as written (dreamddp/bench/overhead.py and regime.py still read it)
     path: str | None = None  # the run's folder (or compact record file)
     label: str = ""
 
@@ -136,14 +154,24 @@ class Record:
     options = property(lambda self: dict(self.config.get("algo") or {"name": "?"}))  # what makes the run a variant
     algo = property(lambda self: self.options.get("name", "?"))
     model = property(lambda self: "/".join(str((self.config.get("model") or {}).get(k)) for k in ("name", "size")))
+    # the model as the run's summary names it (a card's block), else ``model``
+    shown_model = property(lambda self: self.summary.get("model", self.model))
     data = property(lambda self: (self.config.get("data") or {}).get("name", "?"))
     bandwidth = property(lambda self: self.config.get("bandwidth") or {})
+    # the link the run asked for: its kind, rate and comm/backward ratio (None where not set)
+    bandwidth_backend = property(lambda self: self.bandwidth.get("backend"))
+    bandwidth_gbps = property(lambda self: self.bandwidth.get("gbps"))
+    comm_ratio = property(lambda self: self.bandwidth.get("comm_ratio"))
     world = property(lambda self: int(self.summary.get("workers") or self.extra.get("world_size") or 0))
     # ranks per replica (FSDP2 inside it), and the replicas partial sync runs across (its ring's world)
     shards = property(lambda self: int((self.config.get("cluster") or {}).get("shards") or 1))
     replicas = property(lambda self: self.world // self.shards)
+    device = property(lambda self: (self.config.get("cluster") or {}).get("device", "cpu"))
+    gpus = property(lambda self: (self.raw.get("hardware") or {}).get("gpus"))
     # this rank's parameter bytes (its local shards when sharded); None in records before the mesh
     param_bytes = property(lambda self: self.extra.get("param_bytes_per_rank"))
+    parameters = property(lambda self: (self.extra.get("model") or {}).get("parameters"))
+    edge_share = property(lambda self: (self.extra.get("model") or {}).get("edge_share"))  # bytes in embeddings/head
     status = property(lambda self: self.raw.get("status", "?"))
     provenance = property(lambda self: Provenance.of(self.raw))
     iterations = cached_property(lambda self: [Row.of(r) for r in self.raw.get("iterations", [])])
@@ -151,24 +179,83 @@ class Record:
     divergence = cached_property(lambda self: [Divergence.of(d) for d in self.raw.get("divergence") or []])
     memory = property(lambda self: self.extra.get("memory"))
     profile = property(lambda self: self.extra.get("profile"))
+    profile_data = property(lambda self: self.extra.get("profile_data"))  # a compact record's profile files
     prediction = property(lambda self: self.summary.get("predicted"))  # the run's own a-priori prediction
     start_time = property(lambda self: self.raw.get("start_time"))
     end_time = property(lambda self: self.raw.get("end_time"))
     variant = property(lambda self: variant(self.options))
     name = property(lambda self: self.raw.get("name") or self.label)
-    study = property(lambda self: self.raw.get("study", ""))  # a compact record's (collect.study_of)
+    study = property(lambda self: self.raw.get("study", ""))  # a compact record's (study_of)
+    source = property(lambda self: self.raw.get("source"))  # a compact record's: the run's folder
     scale = property(lambda self: self.raw.get("scale", ""))
     seed = property(lambda self: self.config.get("seed"))
+    # what a speedup pairs runs by: the seed, inside one benchmark repetition (its rep folder; a
+    # benchmark's repetitions may share a seed)
+    pair_key = property(lambda self: (self.seed, str(Path(self.path).parent) if self.path else None))
+    batch_size = property(lambda self: (self.config.get("train") or {}).get("batch_size"))
     link = property(lambda self: self.extra.get("link") or {})
-    paced = property(lambda self: self.link.get("backend", "ideal") != "ideal")
-    mean_iteration = property(lambda self: self.summary["mean_iteration_time"])
-    mean_wait = property(lambda self: self.summary["mean_wait"])
-    # the run's own a-priori mean iteration (made before it trained), None if it made none
+    link_backend = property(lambda self: self.link.get("backend", "ideal"))
+    link_gbps = property(lambda self: self.link.get("gbps"))
+    alpha_ms = property(lambda self: self.link.get("alpha_ms"))
+    carrier = property(lambda self: self.link.get("carrier"))
+    paced = property(lambda self: self.link_backend != "ideal")
+    n_iterations = property(lambda self: self.summary.get("iterations"))
+    n_timed = property(lambda self: self.summary.get("timed_iterations"))
+    mean_iteration = property(lambda self: self.summary.get("mean_iteration_time"))
+    mean_wait = property(lambda self: self.summary.get("mean_wait"))
+    mean_backward = property(lambda self: self.summary.get("mean_backward"))
+    # the run's own a-priori mean iteration and wait (made before it trained), None if it made none
     predicted_mean = property(lambda self: (self.prediction or {}).get("mean_iteration_time"))
+    predicted_wait = property(lambda self: (self.prediction or {}).get("mean_wait"))
     peak_bytes = property(lambda self: (self.memory or {}).get("peak_bytes"))
+    memory_note = property(lambda self: (self.memory or {}).get("note"))
+    plan = property(lambda self: self.extra.get("algorithm"))  # the plan the run's algorithm described
     # a delayed-merge plan's late collectives per window position (None without a delay)
-    delayed = property(lambda self: (self.extra.get("algorithm") or {}).get("delayed"))
+    delayed = property(lambda self: (self.plan or {}).get("delayed"))
     units = property(lambda self: [(u["name"], u["numel"]) for u in self.extra.get("units", [])])  # backward order
+    # every rank's compute per iteration in the run: [{quantiles, series (newer records)}] per rank
+    compute_by_rank = property(lambda self: [RankCompute(r.get("quantiles") or [], r.get("series"))
+                                             for r in self.extra.get("compute_by_rank") or []])
+
+    def option(self, key: str, default=None):
+        """One of the run's algorithm options as recorded (records older than an option lack it: ``default``)."""
+        return self.options.get(key, default)
+
+    def warmup(self) -> list[Row]:
+        """The rows before the warm-up cut (dreamddp/run/summary.py), which the summary leaves out."""
+        return self.iterations[:warmup_cut(len(self.iterations))]
+
+    def startup_compute(self) -> float | None:
+        """Forward, backward and step seconds of the run's start-up profile (None without one)."""
+        return sum(self.profile.get(k, 0.0) for k in ("forward_total", "backward_total", "step_time")) \
+            if self.profile else None
+
+    def startup_whole_step(self) -> bool:
+        """Whether the start-up profile timed the optimizer step alone (the rest of the step apart)."""
+        return (self.profile or {}).get("optimizer_time") is not None
+
+    def link_model(self, gbps: float | None = None):
+        """The modelled link the record describes (dreamddp/prediction.record_link), at ``gbps``."""
+        return record_link(self.raw, gbps)
+
+    def real_transfer(self):
+        """The real transfer the run's deferred carrier exposed (dreamddp/prediction.record_carrier)."""
+        return record_carrier(self.raw)
+
+    def without_kind_probes(self) -> "Record | None":
+        """This record as if its start-up had probed the all-reduce alone (the other collectives'
+        transfers then scaled from it): a counterfactual for the analysis; None where it probed no other."""
+        if not self.link.get("real_transfer_kinds_ms"):
+            return None
+        link = {k: v for k, v in self.link.items() if k != "real_transfer_kinds_ms"}
+        return Record({**self.raw, "extra": {**self.extra, "link": link}}, self.path, self.label)
+
+    def job_chunk(self) -> int | None:
+        """The interleaved benchmark job's chunk (its spec.json's; 0: one H-window); None outside such a job."""
+        spec = Path(self.path).parent / "spec.json" if self.path else None
+        if spec is None or not spec.is_file():
+            return None
+        return int(json.loads(spec.read_text()).get("chunk") or 0)
 
     @property
     def H(self) -> int | None:
@@ -180,7 +267,7 @@ class Record:
         per_worker = self.extra.get("samples_per_epoch_per_worker")
         if not per_worker:
             raise ValueError(f"run {self.name}: no samples_per_epoch_per_worker in its record")
-        return (iteration + 1) * (self.config.get("train") or {}).get("batch_size") / per_worker
+        return (iteration + 1) * self.batch_size / per_worker
 
     def calibration(self) -> dict:
         """The link calibration (gbps, model_bytes, ratio, backward_s) of the job this benchmark segment ran in."""
@@ -219,7 +306,83 @@ class Record:
 
 def typed(run) -> Record:
     """A Record of a raw or compact record (a Record as it is)."""
-    return run if isinstance(run, Record) else Record.of(run, run.get("source"))
+    return run if isinstance(run, Record) else Record.of(run, Record(run).source)
+
+
+# ---- compact records: what a full record keeps in results/runs/ (collect.py writes them) ----
+
+COMPACT_VERSION = 1
+MAX_POINTS = 300  # iteration rows kept per run
+_ROW_KEYS = ("iteration", "time", "forward", "backward", "wait", "bytes", "wire_bytes", "loss")
+_PROFILE_FILES = ("bp", "comm", "fwd", "nbytes", "meta")
+_EXTRA_KEYS = ("link", "link_calibration", "world_size", "samples_per_epoch_per_worker", "schedule", "model")
+_SUFFIX = re.compile(r"_(cpu|paper)$")
+
+
+def _round(value, digits: int = 6):
+    """Floats to ``digits`` significant digits (JSON size), recursively; NaN/inf -> None."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}") if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _round(v, digits) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_round(v, digits) for v in value]
+    return value
+
+
+def study_of(experiment: str) -> tuple[str, str]:
+    """``h_ablation_cpu`` -> (``h_ablation``, ``cpu``); a name without a scale suffix -> (name, "")."""
+    m = _SUFFIX.search(experiment)
+    return (experiment[: m.start()], m.group(1)) if m else (experiment, "")
+
+
+def _thin(rows: list[dict], limit: int) -> list[dict]:
+    """At most ``limit`` rows, evenly spaced, always keeping the first and the last."""
+    if len(rows) <= limit:
+        return rows
+    step = (len(rows) - 1) / (limit - 1)
+    return [rows[round(i * step)] for i in range(limit)]
+
+
+def compact(record: dict, run_dir: Path | None = None, limit: int = MAX_POINTS) -> dict:
+    """The compact form of a full run record (a compact record is returned unchanged)."""
+    if record.get("compact"):
+        return record
+    if "config" not in record or "status" not in record:
+        raise ValueError("not a dreamddp run record (no config/status)")
+    elapsed, rows = 0.0, []
+    for r in record.get("iterations", []):
+        elapsed += float(r.get("time", 0.0))
+        rows.append({**{k: r[k] for k in _ROW_KEYS if k in r}, "elapsed": elapsed})
+    at = {r["iteration"]: r["elapsed"] for r in rows}
+    evals = [{**e, "elapsed": at.get(e.get("iteration"))} for e in record.get("evals", [])]
+    extra = {k: record.get("extra", {})[k] for k in _EXTRA_KEYS if k in record.get("extra", {})}
+    algo = record.get("extra", {}).get("algorithm")
+    if isinstance(algo, dict):
+        extra["algorithm"] = {k: v for k, v in algo.items() if k != "groups"}
+    profile = run_dir / "profile" if run_dir is not None else None
+    if profile is not None and (profile / "bp.json").is_file():
+        extra["profile_data"] = {name: json.loads((profile / f"{name}.json").read_text())
+                                 for name in _PROFILE_FILES if (profile / f"{name}.json").is_file()}
+    study, scale = study_of((record["config"].get("experiment") or {}).get("name", "default"))
+    out = _round({
+        "compact": COMPACT_VERSION, "study": study, "scale": scale,
+        "name": run_dir.name if run_dir is not None else record.get("run_dir", "run"),
+        "source": str(run_dir) if run_dir is not None else record.get("run_dir"),
+        "status": record["status"], "error": record.get("error"), "start_time": None, "end_time": None,
+        "git_sha": record.get("git_sha"), "versions": record.get("versions"), "hardware": record.get("hardware"),
+        "config": record["config"], "extra": extra,
+        "summary": {k: v for k, v in record.get("summary", {}).items() if k != "text"},
+        "iterations": _thin(rows, limit), "evals": evals, "divergence": record.get("divergence", []),
+    })
+    # wall-clock stamps keep their full precision (6 significant digits of an epoch time is 1000 s)
+    out["start_time"], out["end_time"] = record.get("start_time"), record.get("end_time")
+    return out
+
+
+def is_record(data) -> bool:
+    """Whether a JSON document is a run record (full or compact), not some other JSON beside it."""
+    return isinstance(data, dict) and bool(data.get("compact") or "schema_version" in data)
 
 
 # ---- a benchmark folder ----
@@ -237,12 +400,22 @@ class Bench:
 
 
 def raw(segs: dict) -> dict:
-    """{label: raw record with its ``_dir``} of one job: what the analysis modules take."""
+    """{label: raw record} of one job: what dreamddp/bench/overhead.py and regime.py still take."""
     return {label: r.raw for label, r in segs.items()}
 
 
 def raw_reps(reps: dict) -> dict:
     return {rep: raw(segs) for rep, segs in reps.items()}
+
+
+def raw_timed(rec: dict) -> list[dict]:
+    """A raw record's timed rows as written (``Record.timed``'s of a full record), for bench/ callers."""
+    return rec["iterations"][warmup_cut(len(rec["iterations"])):]
+
+
+def raw_rest(row: dict) -> float:
+    """``Row.rest`` of a raw row, for bench/ callers."""
+    return Row.of(row).rest
 
 
 def bench(runs_dir: str | Path) -> Bench:
@@ -251,7 +424,6 @@ def bench(runs_dir: str | Path) -> Bench:
     runs: dict = {}
     for path in sorted(root.glob("*/rep*/*/run.json")):
         rec = Record.of(json.loads(path.read_text()), str(path.parent), path.parts[-2])
-        rec.raw["_dir"] = rec.path  # the analysis finds the job's profile and spec beside it
         if rec.status == "completed":
             runs.setdefault(path.parts[-4], {}).setdefault(int(path.parts[-3][3:]), {})[rec.label] = rec
     made = json.loads(made.read_text()) if made.is_file() else {}

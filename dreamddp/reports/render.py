@@ -40,11 +40,11 @@ def table(header: list[str], rows: list[list[str]]) -> dict:
     return {"header": [header[i] for i in keep], "rows": [[r[i] for i in keep] for r in rows]}
 
 
-def spread_table(rows: list[dict], columns: list[tuple]) -> dict:
+def spread_table(rows: list[dict], columns: list[tuple], collapse: bool = False) -> dict:
     """``table`` of ``rows`` by (header, key, digits) columns: a spread or a number at ``digits``
-    (n/a where None), the value as it is where digits is None."""
+    (n/a where None; ``collapse``: fmt_spread's), the value as it is where digits is None."""
     def cell(value, digits):
         if digits is None:
             return str(value)
-        return fmt_spread(value, digits) if isinstance(value, tuple) else _fixed(value, digits)
+        return fmt_spread(value, digits, collapse) if isinstance(value, tuple) else _fixed(value, digits)
     return table([c[0] for c in columns], [[cell(r[key], digits) for _, key, digits in columns] for r in rows])

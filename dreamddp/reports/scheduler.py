@@ -30,7 +30,7 @@ def pick_profiles(runs: list) -> dict[tuple, Record]:
     """(scale, model) -> the run whose profile represents it: DreamDDP's, which its scheduler
     planned from (others profile only to predict), the scheduler study's first."""
     chosen: dict[tuple, Record] = {}
-    with_profile = [r for r in map(typed, runs) if r.extra.get("profile_data") and r.algo == "dreamddp"]
+    with_profile = [r for r in map(typed, runs) if r.profile_data and r.algo == "dreamddp"]
     for r in sorted(with_profile, key=lambda r: (r.study != "scheduler", r.name)):
         chosen.setdefault((r.scale, r.model.replace("/", "_")), r)
     return chosen
@@ -39,7 +39,7 @@ def pick_profiles(runs: list) -> dict[tuple, Record]:
 def study(run: Record, folder: Path) -> tuple[list[dict], list[dict], int]:
     """The two studies on ``run``'s profile, CSVs under ``folder``: (by units, by bandwidth, H)."""
     (folder / "profile").mkdir(parents=True, exist_ok=True)
-    for name, content in run.extra.get("profile_data").items():
+    for name, content in run.profile_data.items():
         (folder / "profile" / f"{name}.json").write_text(json.dumps(content, indent=1) + "\n")
     profile, H = load_profile(folder / "profile"), run.H
     n = len(profile.units)

@@ -15,8 +15,11 @@ def median_spread(values: Iterable[Optional[float]]) -> Optional[Spread]:
     return (statistics.median(values), min(values), max(values)) if values else None
 
 
-def fmt_spread(m: Optional[Spread], digits: int = 3) -> str:
-    return "n/a" if m is None else f"{m[0]:.{digits}f} ({m[1]:.{digits}f}-{m[2]:.{digits}f})"
+def fmt_spread(m: Optional[Spread], digits: int = 3, collapse: bool = False) -> str:
+    """``median (min-max)``; ``collapse``: the median alone where min and max are one value."""
+    if m is None:
+        return "n/a"
+    return f"{m[0]:.{digits}f}" + ("" if collapse and m[1] == m[2] else f" ({m[1]:.{digits}f}-{m[2]:.{digits}f})")
 
 
 def medians(rows: list[dict]) -> list[dict]:

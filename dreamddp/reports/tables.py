@@ -15,7 +15,7 @@ from typing import Iterable, Optional
 from dreamddp.atomic import write_csv as atomic_csv
 from dreamddp.atomic import write_text
 from dreamddp.reports.records import order, typed
-from dreamddp.reports.render import render
+from dreamddp.reports.render import render, table
 from dreamddp.reports.target import eval_points, time_to_target
 
 PROFILE_ONLY = ("scheduler",)  # studies whose runs only profile (two steps): no table
@@ -30,24 +30,16 @@ COLUMNS = (
 
 def link_label(run) -> str:
     """``ratio 7`` (comm/backward set at start-up), ``1 Gbit/s``, ``ideal``; `` tc`` when shaped."""
-    bw = typed(run).bandwidth
-    backend, ratio, gbps = bw.get("backend"), bw.get("comm_ratio"), bw.get("gbps")
+    run = typed(run)
+    backend, ratio, gbps = run.bandwidth_backend, run.comm_ratio, run.bandwidth_gbps
     if backend == "ideal":
         return "ideal"
     return (f"ratio {ratio:g}" if ratio else f"{gbps:g} Gbit/s") + (" tc" if backend == "tc" else "")
 
 
-def algo_label(run) -> str:
-    return typed(run).variant
-
-
 def algo_order(label: str) -> int:
     """Display order (the algorithms' own metadata); variants sort with their algorithm."""
     return order(label)[0]
-
-
-def h_of(run) -> Optional[int]:
-    return typed(run).H
 
 
 def _sort_key(row: dict) -> tuple:
@@ -78,9 +70,9 @@ def speedup_rows(runs: Iterable[dict], metric: str = "loss", targets: Optional[d
         target = targets.get(key[2], targets.get("*"))
         if target is None and finals:
             target = min(finals) if HIGHER_IS_BETTER[metric] else max(finals)
-        block = [dict(zip(COLUMNS[:6], key), algorithm=run.variant, H=run.H, iterations=run.summary.get("iterations"),
-                      mean_iteration_time_s=run.summary.get("mean_iteration_time"),
-                      mean_wait_s=run.summary.get("mean_wait"), wire_mib_per_iteration=run.wire_per_iteration() / 2**20,
+        block = [dict(zip(COLUMNS[:6], key), algorithm=run.variant, H=run.H, iterations=run.n_iterations,
+                      mean_iteration_time_s=run.mean_iteration,
+                      mean_wait_s=run.mean_wait, wire_mib_per_iteration=run.wire_per_iteration() / 2**20,
                       final_eval=run.final_eval(metric), metric=metric, target=target,
                       time_to_target_s=(time_to_target(eval_points(run, metric), target, HIGHER_IS_BETTER[metric])
                                         if target is not None else None))
@@ -107,19 +99,18 @@ def _fmt(value, spec: str = ".4g") -> str:
 
 
 def markdown(rows: list[dict], title: str) -> str:
-    """A pivot (mean iteration time per algorithm, one line per group), then each group in detail."""
-    labels = sorted({(r["algorithm"], r["H"]) for r in rows}, key=lambda a: _sort_key({"algorithm": a[0], "H": a[1]}))
+    """The card (a row per group and algorithm, at most 8 columns, empty ones left out), then each group in detail."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         groups[(r["model"], r["data"], r["workers"], r["link"])].append(r)
-    pivot = []
-    for key, members in groups.items():
-        by = {(r["algorithm"], r["H"]): r for r in members}
-        pivot.append([*key, *("" if r is None else _fmt(r["mean_iteration_time_s"])
-                              + (f" ({r['speedup_iteration']:.2f}x)" if r["speedup_iteration"] else "")
-                              for r in map(by.get, labels))])
-    names = [a + (f" H={h}" if h is not None else "") for a, h in labels]
-    return render("tables.md.j2", title=title, names=names, pivot=pivot, groups=groups, fmt=_fmt)
+    metric = rows[0]["metric"] if rows else "loss"
+    card = table(["setting", "algorithm", "iteration s", "x DreamDDP", "exposed wait s", "wire MiB/it",
+                  f"final eval {metric}", "time to target s"],
+                 [[f"{r['model']} on {r['data']}, {r['workers']} workers, {r['link']}",
+                   r["algorithm"] + (f" H={r['H']}" if r["H"] is not None else ""), _fmt(r["mean_iteration_time_s"]),
+                   _fmt(r["speedup_iteration"], ".2f"), _fmt(r["mean_wait_s"]), _fmt(r["wire_mib_per_iteration"], ".3f"),
+                   _fmt(r["final_eval"]), _fmt(r["time_to_target_s"])] for r in rows])
+    return render("tables.md.j2", title=title, card=card, groups=groups, fmt=_fmt)
 
 
 def write_tables(runs: list[dict], out_dir: Path, metric: str = "loss", targets: Optional[dict] = None) -> list[Path]:

@@ -3,17 +3,16 @@ the same rate, and each tc run's own a-priori prediction (``summary.predicted``)
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
 from dreamddp.reports import card, records
+from dreamddp.reports.accuracy_measures import by_algorithm, error_stats
 from dreamddp.bench.regime import batch
 from dreamddp.bench.segments import TIMED
 from dreamddp.reports.render import spread_table, write_readme
 from dreamddp.reports.spread import median_spread, medians
-from dreamddp.run.summary import quantile
 
 
 def rows(tc: dict, em: dict, model: str) -> list[dict]:
@@ -66,20 +65,13 @@ def write_all(folder: str, out: str, *, title: str | None = None, made_by: str |
                                        ("x DreamDDP emulated", "emulated_x_dreamddp", 2),
                                        ("x FLSGD emulated", "emulated_x_flsgd", 2)])
         models.append({"name": model, "record": rec, "batch": batch(rec.raw), "reps": len(tc[model]),
-                       "mbit": 1e3 * rec.bandwidth.get("gbps"), "rows": mine, "card": result, "emulated": emulated})
+                       "mbit": 1e3 * rec.bandwidth_gbps, "rows": mine, "card": result, "emulated": emulated})
     pred = apriori(tc)
-    errors = sorted(abs(p["error"]) for p in pred)
-    by_algo = [{"model": model, "algorithm": label, "runs": len(mine),
-                "measured": median_spread([p["measured_s"] for p in mine]),
-                "predicted": median_spread([p["predicted_s"] for p in mine]),
-                "error": median_spread([100 * p["error"] for p in mine])}
-               for model in tc for label in records.ordered(p["algorithm"] for p in pred)
-               if (mine := [p for p in pred if p["model"] == model and p["algorithm"] == label])]
-    written = [write_readme(out, "tc.md.j2", title=title, mixed=mixed,
-                            made_by=made_by or report.made_by(benches[0]),
-                            models=models, predictions=by_algo, runs=len(pred),
-                            median=statistics.median(errors) if errors else None,
-                            p95=quantile(errors, 0.95) if errors else None)]
+    median, p95 = error_stats(p["error"] for p in pred)
+    by_algo = by_algorithm(pred, tc, measured=lambda p: p["measured_s"], predicted=lambda p: p["predicted_s"],
+                           error=lambda p: 100 * p["error"])
+    written = [write_readme(out, "tc.md.j2", title=title, mixed=mixed, made_by=made_by or report.made_by(benches[0]),
+                            models=models, predictions=by_algo, runs=len(pred), median=median, p95=p95)]
     csvs = {"apriori.csv": pred, "tc.csv": medians([r for m in models for r in m["rows"]])}
     for name, content in csvs.items():
         if content:
