@@ -1,5 +1,6 @@
-"""dreamddp-bench accuracy --real-link: each tc run's a-priori error is its own summary.predicted
-against its measured mean, and the runs without a prediction are left out."""
+"""runners/accuracy_tc.yaml's report: each tc run's a-priori error is its own summary.predicted
+against its measured mean, the runs without a prediction are left out, and every run is named by
+its part (its setting)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bench_small" / "runs"
 
 
 def test_the_apriori_error_is_each_runs_own_prediction_over_its_measurement(tmp_path):
-    bench = tmp_path / "bench"
-    shutil.copytree(FIXTURE, bench / "tc" / "runs")
-    (bench / "calibration" / "gpt2").mkdir(parents=True)
-    (bench / "calibration" / "gpt2" / "calibration.json").write_text(json.dumps({"ratio": 7.0}))
-    accuracy_tc.write(str(bench), str(tmp_path / "out"))
+    parts = [tmp_path / "study" / name for name in ("equal", "rank1x0.5")]
+    for bench in parts:
+        shutil.copytree(FIXTURE, bench / "tc" / "runs")
+        (bench / "calibration" / "gpt2").mkdir(parents=True)
+        (bench / "calibration" / "gpt2" / "calibration.json").write_text(json.dumps({"ratio": 7.0}))
+    accuracy_tc.write([str(p) for p in parts], str(tmp_path / "out"))
     with open(tmp_path / "out" / "accuracy.csv") as f:
         rows = list(csv.DictReader(f))
+    assert {r["setting"] for r in rows} == {"equal", "rank1x0.5"}
+    rows = [r for r in rows if r["setting"] == "equal"]
+    bench = parts[0]
     expected = {}
     for run in sorted((bench / "tc" / "runs" / "gpt2").glob("rep*/*/run.json")):
         summary = json.loads(run.read_text())["summary"]

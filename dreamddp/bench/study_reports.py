@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dreamddp.atomic import write_text
 from dreamddp.bench.study import Study, resolve_input
-from dreamddp.reports import write_report
+from dreamddp.reports import NO_RECORDS, write_report
 
 
 def write_all(study: Study, made_by: str | None, seconds: float | None = None, mix: bool = False) -> list[str]:
@@ -19,7 +19,7 @@ def write_all(study: Study, made_by: str | None, seconds: float | None = None, m
     for rep in study.reports:
         out = os.path.normpath(os.path.join(study.out, rep.out))
         inputs = [resolve_input(study, study.out, i) for i in rep.inputs]
-        missing = next((i for i in inputs if not os.path.isdir(i)), None)
+        missing = None if rep.kind in NO_RECORDS else next((i for i in inputs if not os.path.isdir(i)), None)
         if missing is not None:  # a study not run here (make run's outputs/, bench-tc off root)
             print(f"report {rep.kind} -> {out}: skipped, no records in {missing}", file=sys.stderr)
             continue

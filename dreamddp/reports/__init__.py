@@ -7,7 +7,8 @@ from __future__ import annotations
 from importlib import import_module
 from pathlib import Path
 
-KINDS = ("bench", "tc", "sweep", "methods_card", "accuracy", "accuracy_tc", "gpu")
+KINDS = ("bench", "tc", "sweep", "methods_card", "accuracy", "accuracy_tc", "gpu", "plan_table4")
+NO_RECORDS = ("plan_table4",)  # kinds made from no run records: their inputs are not read
 
 
 def write_report(kind: str, out: str, inputs: list[str], *, claims: dict[str, str] | None = None,
@@ -17,8 +18,10 @@ def write_report(kind: str, out: str, inputs: list[str], *, claims: dict[str, st
     (records.check_provenance); ``made_by`` replaces the report's "Made by" command."""
     if kind not in KINDS:
         raise ValueError(f"report kind {kind!r}: choose from {', '.join(KINDS)}")
+    if kind in NO_RECORDS:
+        return import_module(f"dreamddp.reports.{kind}").write(out, title=title, made_by=made_by, mix=mix)
     need = {"methods_card": 2, "gpu": 2}.get(kind, 1)
-    if len(inputs) < need or (kind not in ("accuracy",) and len(inputs) != need):
+    if len(inputs) < need or (kind not in ("accuracy", "accuracy_tc") and len(inputs) != need):
         raise ValueError(f"report {kind}: inputs takes {need} folder{'s' if need > 1 else ''}, got {len(inputs)}")
     for d in inputs:
         if not Path(d).is_dir():
@@ -32,10 +35,10 @@ def write_report(kind: str, out: str, inputs: list[str], *, claims: dict[str, st
         return [str(p) for p in made if p.is_file()]
     if kind == "tc":
         return writer.write_all(inputs[0], out, **opts)
-    if kind in ("sweep", "accuracy_tc"):
+    if kind == "sweep":
         return writer.write(inputs[0], out, **opts)
     if kind == "methods_card":
         return writer.write(inputs[0], inputs[1], out, claims=claims or {}, **opts)
-    if kind == "accuracy":
+    if kind in ("accuracy", "accuracy_tc"):
         return writer.write(inputs, out, **opts)
     return writer.write(Path(inputs[0]), Path(inputs[1]), **opts)
