@@ -131,6 +131,20 @@ class Divergence:
 
 
 @dataclass(frozen=True)
+class Host:
+    """How a CPU run's workers shared the host (dreamddp/run/dist_env.py); None where not recorded."""
+    local_workers: int | None = None
+    cores: int | None = None
+    cpu_quota: float | None = None  # the cores the compute threads were capped at
+    cpu_quota_note: str | None = None  # why there was no quota
+    pinned: list | None = None  # the cores the workers were pinned to
+
+    @classmethod
+    def of(cls, h: dict) -> "Host":
+        return cls(h.get("local_workers"), h.get("cores"), h.get("cpu_quota"), h.get("cpu_quota_note"), h.get("pinned"))
+
+
+@dataclass(frozen=True)
 class RankCompute:
     """One rank's compute seconds per iteration in a run: its quantiles, and the series where kept."""
     quantiles: list
@@ -167,7 +181,11 @@ class Record:
     shards = property(lambda self: int((self.config.get("cluster") or {}).get("shards") or 1))
     replicas = property(lambda self: self.world // self.shards)
     device = property(lambda self: (self.config.get("cluster") or {}).get("device", "cpu"))
-    gpus = property(lambda self: (self.raw.get("hardware") or {}).get("gpus"))
+    hardware = property(lambda self: self.raw.get("hardware") or {})
+    gpus = property(lambda self: self.hardware.get("gpus"))
+    cores = property(lambda self: self.hardware.get("cores"))  # the machine's, not the run's share (``host``)
+    host = property(lambda self: Host.of(self.extra.get("host") or {}))
+    matmul_precision = property(lambda self: (self.config.get("train") or {}).get("matmul_precision"))
     # this rank's parameter bytes (its local shards when sharded); None in records before the mesh
     param_bytes = property(lambda self: self.extra.get("param_bytes_per_rank"))
     parameters = property(lambda self: (self.extra.get("model") or {}).get("parameters"))
@@ -198,6 +216,9 @@ class Record:
     link_gbps = property(lambda self: self.link.get("gbps"))
     alpha_ms = property(lambda self: self.link.get("alpha_ms"))
     carrier = property(lambda self: self.link.get("carrier"))
+    hold_core = property(lambda self: self.link.get("hold_core", False))
+    # whether the link paced collectives on its own clock (the emulated one; tc's kernel shapes them)
+    link_paced = property(lambda self: self.link.get("paced"))
     paced = property(lambda self: self.link_backend != "ideal")
     n_iterations = property(lambda self: self.summary.get("iterations"))
     n_timed = property(lambda self: self.summary.get("timed_iterations"))
