@@ -191,12 +191,32 @@ def test_a_records_turn_is_its_jobs_chunk(tmp_path, bench_modules):
 def test_phase_overhead_is_each_phase_difference_inside_each_repetition():
     from dreamddp.bench import overhead as report
 
-    reps = {0: {"nosync@ideal": record(0.100, 0.210, 0.012, [[0.3]]), "plain@ideal": record(0.101, 0.200, 0.010, [[0.3]])},
-            1: {"nosync@ideal": record(0.100, 0.230, 0.010, [[0.3]]), "plain@ideal": record(0.100, 0.200, 0.010, [[0.3]])},
-            2: {"plain@ideal": record(0.1, 0.2, 0.0, [[0.3]])}}  # no nosync: not a pair
+    reps = {0: {"nosync@ideal": Record.of(record(0.100, 0.210, 0.012, [[0.3]])),
+                "plain@ideal": Record.of(record(0.101, 0.200, 0.010, [[0.3]]))},
+            1: {"nosync@ideal": Record.of(record(0.100, 0.230, 0.010, [[0.3]])),
+                "plain@ideal": Record.of(record(0.100, 0.200, 0.010, [[0.3]]))},
+            2: {"plain@ideal": Record.of(record(0.1, 0.2, 0.0, [[0.3]]))}}  # no nosync: not a pair
     got = report.phase_overhead(reps)
     assert list(got) == list(report.PHASES)
     assert got["forward"] == pytest.approx((-0.5, -1.0, 0.0))
     assert got["backward"] == pytest.approx((20.0, 10.0, 30.0))
     assert got["step and the rest"] == pytest.approx((1.0, 0.0, 2.0))
     assert report.phase_overhead({0: {"plain@ideal": reps[0]["plain@ideal"]}}) == {}
+
+
+def test_the_regime_line_reads_the_hosts_share_and_counts_carriers_over_emulated_runs_alone():
+    from dreamddp.bench import regime
+
+    def run(carrier: str, paced: bool, host: dict | None = None) -> Record:
+        extra = {"link": {"carrier": carrier, "paced": paced, "hold_core": False}, "host": host or {}}
+        return Record.of({"config": {"train": {"batch_size": 8}, "cluster": {"device": "cpu"}}, "extra": extra})
+
+    head = run("eager", True, {"local_workers": 2, "cores": 4, "cpu_quota": 1.5, "pinned": [0, 1]})
+    segs = {"dreamddp": head, "flsgd": run("step", True), "ssgd": run("eager", True),
+            "ssgd@tc": run("step", False), "flsgd@memory": run("step", True)}  # neither is an emulated timed run
+    assert regime.batch(head) == "batch 8 per worker"
+    assert regime.emulation(head, segs) == ("Host: 2 workers on 4 cores, compute threads capped at 1.5 cores, pinned; "
+                                            "carrier eager (step: flsgd), hold_core False.")
+    # an old record with no host share recorded, and no emulated run beside it: its own carrier
+    assert regime.emulation(run("step", False), {}) == ("Host: ? workers on ? cores, no CPU quota (not recorded), "
+                                                         "not pinned; carrier step, hold_core False.")

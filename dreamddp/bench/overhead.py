@@ -1,19 +1,16 @@
-"""The engine's overhead on the ideal link, from one job's run records ({rep: {segment: record}}): each
+"""The engine's overhead on the ideal link, from one job's run records ({rep: {segment: Record}}): each
 ratio or difference taken inside a repetition (the same processes) before the median over them."""
 
 from __future__ import annotations
 
-import statistics
-
-from dreamddp.reports import predict as bp
 from dreamddp.bench.segments import OPT_IN
-
+from dreamddp.reports.records import Record
 from dreamddp.reports.spread import median_spread
 
 # engine-overhead ratios (same job); an opt-in segment's only where its job ran it
 OVERHEAD = [("ssgd@ideal", "ddp@ideal"), ("ssgd@ideal", "ddp+1bucket@ideal"), ("ascwfbp@ideal", "ddp@ideal"),
             ("nosync@ideal", "plain@ideal")]
-PHASES = ("forward", "backward", "step and the rest")
+PHASES = {"forward": "forward", "backward": "backward", "step and the rest": "rest"}  # shown name: Row field
 
 
 def overhead_key(a: str, b: str) -> str:
@@ -25,22 +22,21 @@ def engine_overhead(reps: dict) -> dict:
     """{"ssgd / ddp": median (spread), ...}; an opt-in pair the job did not run is left out, one it
     should have run is None."""
     ran = {label for s in reps.values() for label in s}
-    return {overhead_key(a, b): median_spread([bp.mean_iteration(s[a]) / bp.mean_iteration(s[b])
+    return {overhead_key(a, b): median_spread([s[a].mean_iteration / s[b].mean_iteration
                                                for s in reps.values() if a in s and b in s])
             for a, b in OVERHEAD if all(x in ran or x not in OPT_IN for x in (a, b))}
 
 
-def _phase_ms(rec: dict) -> tuple[float, float, float]:
+def _phase_ms(rec: Record) -> list[float]:
     """Mean forward, backward, and the rest less waits (the step, the engine's books), in ms."""
-    rest = statistics.fmean(bp.step_and_rest(r) for r in bp.timed(rec))
-    return 1e3 * bp.timed_mean(rec, "forward"), 1e3 * bp.timed_mean(rec, "backward"), 1e3 * rest
+    return [1e3 * rec.timed_mean(field) for field in PHASES.values()]
 
 
 def phase_overhead(reps: dict, a: str = "nosync@ideal", b: str = "plain@ideal") -> dict:
     """{phase: median (spread)} of ``a``'s mean ms in each phase less ``b``'s: where the engine's
     overhead lies (forward, where nosync adds nothing, shows the noise); empty when the job lacks one."""
     pairs = [(_phase_ms(s[a]), _phase_ms(s[b])) for s in reps.values() if a in s and b in s]
-    return {phase: median_spread([x[i] - y[i] for x, y in pairs]) for i, phase in enumerate(PHASES)} if pairs else {}
+    return {name: median_spread([x[i] - y[i] for x, y in pairs]) for i, name in enumerate(PHASES)} if pairs else {}
 
 
 def fmt_ms(m) -> str:

@@ -35,7 +35,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             nosync_backward = segs[bp.NOSYNC].timed_mean("backward")
             plain_backward = segs["plain@ideal"].timed_mean("backward") if "plain@ideal" in segs else None
             chunk = next(iter(segs.values())).job_chunk()
-            regime = bench_regime.compute_split(records.raw(segs))
+            regime = bench_regime.compute_split(segs)
             for label in records.ordered(lb for lb in segs if lb in bench_report.TIMED):
                 rec = segs[label]
                 measured = rec.mean_iteration

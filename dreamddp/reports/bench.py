@@ -187,14 +187,14 @@ def model_section(model: str, reps: dict) -> tuple[dict, list[dict]]:
                      "forward_steps_charged_ms": median_spread([1e3 * s[1] for s in steps])})
     ran = {label for s in reps.values() for label in s}
     bases = {label: VARIES[label] for label in TIMED if label in OPT_IN and label in ran and VARIES[label] != label}
-    ctx = {"model": model, "record": head, "batch": batch(head.raw), "reps": len(reps), "calib": head.calibration(),
-           "comm_backward": median_spread(comm_backward), "emulation": emulation(head.raw, records.raw(some)),
-           "compute_split": compute_split(records.raw(some)), "target": target, "rows": rows,
+    ctx = {"model": model, "record": head, "batch": batch(head), "reps": len(reps), "calib": head.calibration(),
+           "comm_backward": median_spread(comm_backward), "emulation": emulation(head, some),
+           "compute_split": compute_split(some), "target": target, "rows": rows,
            "varied": {f"{label} / {base}": v for label, base in bases.items() if (v := ratio_over(reps, label, base))},
            "ideal_times": {label: median_spread([s[label].mean_iteration for s in reps.values() if label in s])
                            for label in IDEAL if label in ran or label not in OPT_IN},
-           "overhead": engine_overhead(records.raw_reps(reps)),
-           "phases": {k: fmt_ms(v) for k, v in phase_overhead(records.raw_reps(reps)).items()},
+           "overhead": engine_overhead(reps),
+           "phases": {k: fmt_ms(v) for k, v in phase_overhead(reps).items()},
            "memory": _memory(reps, some)}
     return ctx, rows
 

@@ -68,12 +68,12 @@ def _models(cards: dict, jobs: dict, cpu_dir: Path) -> tuple[list[dict], list[di
                        for block in result_card.card_tables(shown)]
             first = reps[min(reps)]
             rec = next(iter(first.values()))
-            regimes.append((card, len(reps), regime.batch(rec.raw), regime.emulation(rec.raw, records.raw(first))
-                            + " " + regime.compute_split(records.raw(first))))
+            regimes.append((card, len(reps), regime.batch(rec), regime.emulation(rec, first)
+                            + " " + regime.compute_split(first)))
         cpu_regime = None
         if model in cpu_jobs:
             cpu_first = cpu_jobs[model][min(cpu_jobs[model])]
-            cpu_regime = f"{regime.batch(next(iter(cpu_first.values())).raw)}. " + regime.compute_split(records.raw(cpu_first))
+            cpu_regime = f"{regime.batch(next(iter(cpu_first.values())))}. " + regime.compute_split(cpu_first)
         rows = []
         for algo in records.ordered(a for card in ran for (m, a) in timed[card] if m == model):
             g = {card: timed[card].get((model, algo), (None, None))[0] for card in ran}
@@ -94,11 +94,11 @@ def overhead_table(cards: dict, jobs: dict) -> list[list[str]]:
     for card, dirs in cards.items():
         for d in dirs:
             for model, reps in jobs[d].items():
-                over = overhead.engine_overhead(records.raw_reps(reps))
+                over = overhead.engine_overhead(reps)
                 if not any(over.values()):
                     continue
                 world = next(iter(next(iter(reps.values())).values())).world
-                phases = overhead.phase_overhead(records.raw_reps(reps))
+                phases = overhead.phase_overhead(reps)
                 split = " / ".join(f"{v[0]:+.2f}" for v in phases.values()) if phases else "n/a"
                 rows.append([f"{card} {d.parent.name}/{d.name}", model, str(world), str(len(reps))]
                             + [fmt_spread(over.get(k), 3) for k in OVERHEAD_COLUMNS] + [split])

@@ -23,7 +23,7 @@ import numpy as np
 from dreamddp.algorithms import ALGORITHMS
 from dreamddp.engine.plan import When
 from dreamddp.prediction import compute_of, simulate_record, skew_of
-from dreamddp.reports.records import RankCompute, Record, Row, raw_rest, raw_timed, typed
+from dreamddp.reports.records import RankCompute, Record, Row
 from dreamddp.schedule.cost import arrays, overlap_terms
 from dreamddp.schedule.delay import late_room
 from dreamddp.schedule.general import hiding_bound
@@ -37,19 +37,6 @@ COMPUTE_ONLY = (NOSYNC, "plain@ideal")  # the segments whose steady state, poole
 WINDOWS = 20  # windows the skewed prediction averages over
 LAUNCHED_IN = {"backward": When.UNIT_READY, "forward": When.BEFORE_FORWARD}  # the hooks a phase runs
 CONTIGUOUS = ("dreamddp", "optimal")  # schedulers whose plans sync one contiguous run of units per iteration
-
-# The analysis takes records.Record and jobs as {label: Record}.  dreamddp/bench/overhead.py and
-# regime.py call these four with raw records and rows (they take no Record yet).
-timed, step_and_rest = raw_timed, raw_rest
-
-
-def mean_iteration(rec: dict) -> float:
-    return typed(rec).mean_iteration
-
-
-def timed_mean(rec: dict, field: str) -> float:
-    return typed(rec).timed_mean(field)
-
 
 def reference_rows(segs: dict, labels: tuple[str, ...] = COMPUTE_ONLY) -> list[Row]:
     """The timed iterations of the job's compute-only runs (``labels``), pooled."""

@@ -154,7 +154,7 @@ class RankCompute:
 @dataclass
 class Record:
     """A run record, typed: the one place a report reads a record's keys."""
-    raw: dict = field(repr=False)  # as written (dreamddp/bench/overhead.py and regime.py still read it)
+    raw: dict = field(repr=False)  # as written
     path: str | None = None  # the run's folder (or compact record file)
     label: str = ""
 
@@ -418,25 +418,6 @@ class Bench:
 
     def records(self) -> list[Record]:
         return [r for reps in self.runs.values() for segs in reps.values() for r in segs.values()]
-
-
-def raw(segs: dict) -> dict:
-    """{label: raw record} of one job: what dreamddp/bench/overhead.py and regime.py still take."""
-    return {label: r.raw for label, r in segs.items()}
-
-
-def raw_reps(reps: dict) -> dict:
-    return {rep: raw(segs) for rep, segs in reps.items()}
-
-
-def raw_timed(rec: dict) -> list[dict]:
-    """A raw record's timed rows as written (``Record.timed``'s of a full record), for bench/ callers."""
-    return rec["iterations"][warmup_cut(len(rec["iterations"])):]
-
-
-def raw_rest(row: dict) -> float:
-    """``Row.rest`` of a raw row, for bench/ callers."""
-    return Row.of(row).rest
 
 
 def bench(runs_dir: str | Path) -> Bench:

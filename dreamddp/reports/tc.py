@@ -64,7 +64,7 @@ def write_all(folder: str, out: str, *, title: str | None = None, made_by: str |
         emulated = spread_table(mine, [("algorithm", "algorithm", None),
                                        ("x DreamDDP emulated", "emulated_x_dreamddp", 2),
                                        ("x FLSGD emulated", "emulated_x_flsgd", 2)])
-        models.append({"name": model, "record": rec, "batch": batch(rec.raw), "reps": len(tc[model]),
+        models.append({"name": model, "record": rec, "batch": batch(rec), "reps": len(tc[model]),
                        "mbit": 1e3 * rec.bandwidth_gbps, "rows": mine, "card": result, "emulated": emulated})
     pred = apriori(tc)
     median, p95 = error_stats(p["error"] for p in pred)
