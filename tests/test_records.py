@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dreamddp.reports import records, write_report
-from dreamddp.reports.card import card_rows, records_of
+from dreamddp.reports.card import card_rows, print_card, records_of
 from dreamddp.reports.collect import collect
 from dreamddp.reports.tables import speedup_rows
 
@@ -101,9 +101,12 @@ def test_records_at_two_commits_are_one_version_where_their_source_digest_is_the
     if refused:
         with pytest.raises(SystemExit, match="different code"):
             write_report("bench", str(folder), [str(folder)])
+        with pytest.raises(SystemExit, match="different code"):
+            print_card([folder / "runs"])
     else:
         write_report("bench", str(folder), [str(folder)])
         assert "mixes code versions" not in (folder / "README.md").read_text()
+        assert "mixes code versions" not in print_card([folder / "runs"])  # its compact copies keep the digest
 
 
 def test_the_cards_bytes_equal_the_tables_and_the_bench_reports_for_the_same_run(tmp_path):

@@ -391,7 +391,8 @@ def compact(record: dict, run_dir: Path | None = None, limit: int = MAX_POINTS) 
         "name": run_dir.name if run_dir is not None else record.get("run_dir", "run"),
         "source": str(run_dir) if run_dir is not None else record.get("run_dir"),
         "status": record["status"], "error": record.get("error"), "start_time": None, "end_time": None,
-        "git_sha": record.get("git_sha"), "versions": record.get("versions"), "hardware": record.get("hardware"),
+        "git_sha": record.get("git_sha"), "provenance": record.get("provenance"),  # the code, as check_provenance reads it
+        "versions": record.get("versions"), "hardware": record.get("hardware"),
         "config": record["config"], "extra": extra,
         "summary": {k: v for k, v in record.get("summary", {}).items() if k != "text"},
         "iterations": _thin(rows, limit), "evals": evals, "divergence": record.get("divergence", []),
