@@ -17,6 +17,7 @@ from dreamddp.comm.fake import FakeCommunicator
 from dreamddp.engine.engine import PartialSyncEngine
 from dreamddp.models import model_units
 from dreamddp.schedule.profile import Profile, load_profile, save_profile
+from dreamddp.warmup import profiler
 from dreamddp.warmup.profiler import measure_profile
 from engine_fixtures import algo_cfg
 
@@ -29,13 +30,18 @@ class SlowSGD(torch.optim.SGD):
         return super().step(closure)
 
 
-def test_step_time_counts_the_pass_outside_forward_and_backward():
+def two_layers():
+    """Two linear units on the engine with nothing to sync: (model, loss_fn, engine)."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
     x = torch.randn(4, 8)
     loss_fn = lambda: model(x).square().mean()  # noqa: E731
-    engine = PartialSyncEngine(model, model_units(model, loss_fn), FakeCommunicator(world_size=1),
-                               build_algorithm(algo_cfg("nosync")))
+    return model, loss_fn, PartialSyncEngine(model, model_units(model, loss_fn), FakeCommunicator(world_size=1),
+                                             build_algorithm(algo_cfg("nosync")))
+
+
+def test_step_time_counts_the_pass_outside_forward_and_backward():
+    model, loss_fn, engine = two_layers()
     zero = engine.flat.zero_grads
 
     def slow_zero():
@@ -66,3 +72,22 @@ def test_optimizer_time_is_saved_and_loaded(tmp_path):
     older = load_profile(tmp_path / "q")
     assert older.optimizer_time is None and older.optimizer_seconds == pytest.approx(0.3)  # all of step_time
     assert older.optimizer_call_time is None
+
+
+def test_a_slow_workers_passes_wait_as_trainings_and_keep_their_own_times(monkeypatch):
+    """At speed 0.5 each forward and backward is followed by a wait (here a fixed 50 ms, far
+    longer than these passes): the profile's passes exclude the waits."""
+    waits = []
+
+    def stretch(measured, speed):
+        waits.append(speed)
+        time.sleep(0.05)
+        return 0.05
+
+    monkeypatch.setattr(profiler, "stretch", stretch)
+    model, loss_fn, engine = two_layers()
+    profile = measure_profile(engine, engine.comm, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn,
+                              iterations=2, comm_repeats=0, speed=lambda t: 0.5)
+    assert waits == [0.5] * 2 * (2 + 2 * 2)  # forward and backward of every pass, warm-up included
+    assert profile.meta["forward_total"] + profile.meta["backward_total"] + profile.step_time < 0.05
+    assert max(profile.meta["compute_by_rank"][0]) < 0.05
