@@ -37,3 +37,18 @@ def test_the_apriori_error_is_each_runs_own_prediction_over_its_measurement(tmp_
     assert expected and got.keys() == expected.keys()
     for key, error in expected.items():
         assert abs(got[key] - error) < 1e-12, key
+
+
+def test_a_part_without_its_bench_json_is_left_out_and_named_with_its_runs_so_far(tmp_path):
+    """A part still running (or cut short) writes its bench.json only when it ends."""
+    parts = [tmp_path / "study" / name for name in ("equal", "spells")]
+    for bench in parts:
+        shutil.copytree(FIXTURE, bench / "tc" / "runs")
+        (bench / "calibration" / "gpt2").mkdir(parents=True)
+        (bench / "calibration" / "gpt2" / "calibration.json").write_text(json.dumps({"ratio": 7.0}))
+    (parts[1] / "tc" / "runs" / "bench.json").unlink()
+    accuracy_tc.write([str(p) for p in parts], str(tmp_path / "out"))
+    with open(tmp_path / "out" / "accuracy.csv") as f:
+        assert {r["setting"] for r in csv.DictReader(f)} == {"equal"}
+    runs = len(list((parts[1] / "tc" / "runs").glob("*/rep*/*/run.json")))
+    assert f"spells ({runs} runs so far)" in (tmp_path / "out" / "README.md").read_text()

@@ -36,6 +36,10 @@ def _rows(part: str) -> list[dict]:
 
 def write(parts: list[str], out: str, *, title: str | None = None, made_by: str | None = None,
           mix: bool = False) -> list[str]:
+    # a part still running (or cut short) has no bench.json yet: left out, and said so with its runs so far
+    pending = [(Path(p).name, len(list(Path(p).glob("tc/runs/*/rep*/*/run.json")))) for p in parts
+               if not (Path(p) / "tc" / "runs" / "bench.json").is_file()]
+    parts = [p for p in parts if (Path(p) / "tc" / "runs" / "bench.json").is_file()]
     mixed = records.check_provenance([r for p in parts for r in records.bench(str(Path(p) / "tc" / "runs")).records()],
                                      mix, f"report {out}")
     rows = [r for p in parts for r in _rows(p)]
@@ -56,6 +60,7 @@ def write(parts: list[str], out: str, *, title: str | None = None, made_by: str 
                           mixed=mixed, made_by=made_by or "dreamddp-bench run runners/accuracy_tc.yaml",
                           parts=[(Path(p).name, os.path.relpath(p, out)) for p in parts], runs=len(rows),
                           median=med, p95=p95, targets=TARGETS, met=med <= TARGETS["median"] and p95 <= TARGETS["p95"],
-                          same_median=same_med, same_p95=same_p95, per_setting=per_setting, table=table)
+                          same_median=same_med, same_p95=same_p95, per_setting=per_setting, table=table,
+                          pending=pending)
     write_csv(Path(out) / "accuracy.csv", [{k: r.get(k) for k in CSV_KEYS} for r in rows])
     return [readme, str(Path(out) / "accuracy.csv")]
