@@ -23,13 +23,13 @@ def write_all(study: Study, made_by: str | None, seconds: float | None = None, m
         if missing is not None:  # a study not run here (make run's outputs/, bench-tc off root)
             print(f"report {rep.kind} -> {out}: skipped, no records in {missing}", file=sys.stderr)
             continue
-        by = made_by or recorded_made_by(inputs)
         if rep.kind == "accuracy":  # one input folder per ratio (its parts)
             if made_by is not None:  # its made.json: a run's seconds and command, kept by a remake
                 os.makedirs(out, exist_ok=True)
                 write_text(os.path.join(out, "made.json"),
                            json.dumps({"seconds": seconds, "argv": made_by.split()[2:], "made_by": made_by}))
             inputs = [os.path.join(inputs[0], f"ratio{r:g}") for r in rep.ratios] or inputs
+        by = made_by or recorded_made_by(inputs)  # from the folders read (another study's may sit below)
         written += write_report(rep.kind, out, inputs, claims=study.claims if isinstance(study.claims, dict) else None,
                                 title=rep.title, made_by=by, mix=mix or rep.mix)
     return written
