@@ -14,12 +14,18 @@ from dreamddp.reports import accuracy_tc
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bench_small" / "runs"
 
 
-def test_the_apriori_error_is_each_runs_own_prediction_over_its_measurement(tmp_path):
-    parts = [tmp_path / "study" / name for name in ("equal", "rank1x0.5")]
+def _parts(tmp_path, *names):
+    """A study's part folders, each the fixture's runs as its tc runs and a calibration for ratio 7."""
+    parts = [tmp_path / "study" / name for name in names]
     for bench in parts:
         shutil.copytree(FIXTURE, bench / "tc" / "runs")
         (bench / "calibration" / "gpt2").mkdir(parents=True)
         (bench / "calibration" / "gpt2" / "calibration.json").write_text(json.dumps({"ratio": 7.0}))
+    return parts
+
+
+def test_the_apriori_error_is_each_runs_own_prediction_over_its_measurement(tmp_path):
+    parts = _parts(tmp_path, "equal", "rank1x0.5")
     accuracy_tc.write([str(p) for p in parts], str(tmp_path / "out"))
     with open(tmp_path / "out" / "accuracy.csv") as f:
         rows = list(csv.DictReader(f))
@@ -41,11 +47,7 @@ def test_the_apriori_error_is_each_runs_own_prediction_over_its_measurement(tmp_
 
 def test_a_part_without_its_bench_json_is_left_out_and_named_with_its_runs_so_far(tmp_path):
     """A part still running (or cut short) writes its bench.json only when it ends."""
-    parts = [tmp_path / "study" / name for name in ("equal", "spells")]
-    for bench in parts:
-        shutil.copytree(FIXTURE, bench / "tc" / "runs")
-        (bench / "calibration" / "gpt2").mkdir(parents=True)
-        (bench / "calibration" / "gpt2" / "calibration.json").write_text(json.dumps({"ratio": 7.0}))
+    parts = _parts(tmp_path, "equal", "spells")
     (parts[1] / "tc" / "runs" / "bench.json").unlink()
     accuracy_tc.write([str(p) for p in parts], str(tmp_path / "out"))
     with open(tmp_path / "out" / "accuracy.csv") as f:
