@@ -37,10 +37,11 @@ def _rows(part: str) -> list[dict]:
 def write(parts: list[str], out: str, *, title: str | None = None, made_by: str | None = None,
           mix: bool = False) -> list[str]:
     # a part still running (or cut short) has no bench.json yet: left out, and said so with its runs so far
-    pending = [(Path(p).name, len(list(Path(p).glob("tc/runs/*/rep*/*/run.json")))) for p in parts
-               if not (Path(p) / "tc" / "runs" / "bench.json").is_file()]
-    parts = [p for p in parts if (Path(p) / "tc" / "runs" / "bench.json").is_file()]
-    mixed = records.check_provenance([r for p in parts for r in records.bench(str(Path(p) / "tc" / "runs")).records()],
+    runs_of = {p: Path(p) / "tc" / "runs" for p in parts}
+    pending = [(Path(p).name, len(list(runs.glob("*/rep*/*/run.json")))) for p, runs in runs_of.items()
+               if not (runs / "bench.json").is_file()]
+    parts = [p for p, runs in runs_of.items() if (runs / "bench.json").is_file()]
+    mixed = records.check_provenance([r for p in parts for r in records.bench(str(runs_of[p])).records()],
                                      mix, f"report {out}")
     rows = [r for p in parts for r in _rows(p)]
     if not rows:
