@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dreamddp.bench import jobs, separate, study_run
-from dreamddp.bench.study import load
+from dreamddp.study import load
 
 STUDY = """
 about: two runs on a small GPT-2

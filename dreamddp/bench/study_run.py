@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from dreamddp.atomic import write_json
 from dreamddp.bench import jobs, study_reports
-from dreamddp.bench.study import Part, Study, StudyError, catalogue_presets, load
+from dreamddp.study import Part, Study, StudyError, catalogue_presets, load
 
 QUICK = {"iterations": 12, "calibration_iterations": 6, "profile_iterations": 2}  # with the tiny presets
 STAND_IN = {"gbps": 1.0, "iteration_s": 0.1}  # a calibration's fields, any valid values (check_configs)
