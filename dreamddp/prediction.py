@@ -27,7 +27,8 @@ from dreamddp.schedule.authors_model import modelled_times
 from dreamddp.schedule.cost import step_shares
 from dreamddp.schedule.profile import Profile
 from dreamddp.schedule.schedule_file import runs_as_names
-from dreamddp.schedule.simulator import Compute, Interleaving, SimResult, Skew, simulate_plan
+from dreamddp.schedule.compute import Compute, Interleaving, Skew
+from dreamddp.schedule.simulator import SimResult, simulate_plan
 from dreamddp.speed import Speeds
 
 # Unknown bytes (an authors' profile without a link rate): every unit with parameters is
