@@ -27,7 +27,8 @@ from dreamddp.schedule.authors_model import modelled_times
 from dreamddp.schedule.cost import step_shares
 from dreamddp.schedule.profile import Profile
 from dreamddp.schedule.schedule_file import runs_as_names
-from dreamddp.schedule.simulator import Compute, Interleaving, SimResult, Skew, simulate_plan
+from dreamddp.schedule.compute import Compute, Interleaving, Skew
+from dreamddp.schedule.simulator import SimResult, simulate_plan
 from dreamddp.speed import Speeds
 
 # Unknown bytes (an authors' profile without a link rate): every unit with parameters is
@@ -91,7 +92,7 @@ def op_seconds(profile: Profile, layout: UnitLayout, link: LinkModel | None):
     return seconds
 
 
-def codec_seconds(algo: Algorithm, layout: UnitLayout, timed: list[tuple[int, float, float]]):
+def codec_host_of(algo: Algorithm, layout: UnitLayout, timed: list[tuple[int, float, float]]):
     """``op -> (launch s, completion s)`` of the codec's host work on each op the pipeline
     compresses (0 on the others): linear in the payload's elements through the two sizes it was
     timed at (``timed``: (elements, launch s, completion s)), never below 0."""
@@ -203,7 +204,7 @@ def simulate(algo, profile: Profile, *, H: int | None = None, schedule: dict[str
     if host is not None:
         compute = replace(compute, launch_host=host[0], complete_host=host[1])
     if codec_host:
-        compute = replace(compute, op_host=codec_seconds(bound, layout, codec_host))
+        compute = replace(compute, op_host=codec_host_of(bound, layout, codec_host))
     return simulate_plan(bound.plan, compute, op_seconds(profile, layout, link), H=int(cfg.H),
                          iterations=iterations, skew=skew, world=world, carrier=real,
                          carrier_at_step=carrier_at_step, interleaving=interleaving, speeds=speeds, window=_rule(cls, cfg))

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent
 CONFIG_NAME = "config"  # conf/config.yaml marks the config tree (dreamddp.config.conf_dir)
 # bench/ modules a benchmark job runs; the rest of bench/ only reads records into reports, which
 # are remade every time, so editing one must not make a job's code "another job's"
-JOB_MODULES = ("jobs", "worker", "segments", "memory", "study")
+JOB_MODULES = ("jobs", "worker", "segments", "memory")
 GIT_TIMEOUT_S = 5.0
 
 

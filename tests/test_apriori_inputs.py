@@ -13,7 +13,8 @@ from dreamddp.engine.gather import codec_seconds
 from dreamddp.engine.plan import Payload, SyncOp, When
 from dreamddp.prediction import record_link, simulate
 from dreamddp.schedule.profile import Profile
-from dreamddp.schedule.simulator import Compute, simulate_plan
+from dreamddp.schedule.compute import Compute
+from dreamddp.schedule.simulator import simulate_plan
 
 PROBED = {"all_reduce": [(1000, 0.011), (4000, 0.041)], "reduce_scatter": [(1000, 0.02), (4000, 0.05)],
           "all_gather": [(1000, 0.003), (4000, 0.006)]}

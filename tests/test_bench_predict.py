@@ -81,7 +81,7 @@ def test_compute_excess_counts_forward_only_where_no_wait_falls_in_it(tmp_path, 
 def test_the_timed_window_is_its_share_of_h_calibrated_iterations_and_calibration_runs_at_full_speed(tmp_path):
     from dreamddp.bench import study_run
     from dreamddp.bench.segments import calibration_overrides, segment_overrides
-    from dreamddp.bench.study import catalogue_runs, load
+    from dreamddp.study import catalogue_runs, load
 
     path = tmp_path / "s.yaml"
     path.write_text("about: x\nmodels: {gpt2: small}\nruns: [flsgd_timed, nosync@ideal]\n"
@@ -189,7 +189,7 @@ def test_a_records_turn_is_its_jobs_chunk(tmp_path, bench_modules):
 
 
 def test_phase_overhead_is_each_phase_difference_inside_each_repetition():
-    from dreamddp.bench import overhead as report
+    from dreamddp.reports import overhead as report
 
     reps = {0: {"nosync@ideal": Record.of(record(0.100, 0.210, 0.012, [[0.3]])),
                 "plain@ideal": Record.of(record(0.101, 0.200, 0.010, [[0.3]]))},
@@ -205,7 +205,7 @@ def test_phase_overhead_is_each_phase_difference_inside_each_repetition():
 
 
 def test_the_regime_line_reads_the_hosts_share_and_counts_carriers_over_emulated_runs_alone():
-    from dreamddp.bench import regime
+    from dreamddp.reports import regime
 
     def run(carrier: str, paced: bool, host: dict | None = None) -> Record:
         extra = {"link": {"carrier": carrier, "paced": paced, "hold_core": False}, "host": host or {}}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dreamddp.bench import jobs, separate, study_run
-from dreamddp.bench.study import load
+from dreamddp.study import load
 
 STUDY = """
 about: two runs on a small GPT-2
@@ -128,3 +128,18 @@ def test_without_resume_every_tc_folder_runs_again(tmp_path, fake_tc):
     study_run.run_part(study, part, args)
     study_run.run_part(study, part, args)
     assert len(fake_tc) == 8
+
+
+@pytest.mark.parametrize("link", ["emulated", "tc"])
+def test_a_resumed_part_adds_its_seconds_to_those_in_bench_json(tmp_path, link, fake_emulated_job, fake_tc):
+    study, args = study_of(tmp_path, link, "--resume")
+    (part,) = study.parts
+    study_run.run_part(study, part, args)
+    made = tmp_path / "out" / ("tc/runs" if link == "tc" else "runs") / "bench.json"
+    doc = json.loads(made.read_text())
+    made.write_text(json.dumps({**doc, "seconds": 100.0}))  # the jobs of an earlier invocation
+    study_run.run_part(study, part, args)  # every job kept: a moment more
+    assert 100.0 <= json.loads(made.read_text())["seconds"] < 110.0
+    study, args = study_of(tmp_path, link)
+    study_run.run_part(study, part, args)  # not resumed: this invocation's seconds alone
+    assert json.loads(made.read_text())["seconds"] < 100.0

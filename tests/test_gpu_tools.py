@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dreamddp.bench import gpu, gpu_profiles
-from dreamddp.bench.study import load
+from dreamddp.study import load
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "results" / "gpu"

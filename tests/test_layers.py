@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dreamddp"
 
 LAYERS = [
     {"checks", "atomic", "lazy", "provenance", "registry", "procs", "_compat", "netshape", "run.dist_env", "cpu_share", "clock", "speed",
-     "run.failures", "faults", "run.preempt"},
+     "run.failures", "faults", "run.preempt", "study"},
     {"comm"},
     {"engine"},
     {"schedule"},
@@ -31,7 +31,8 @@ LAYERS = [
     {"run.train"},
     {"config"},
     {"run.launch", "cli", "library", "schedule_cli", "sweep_filter", "planner"},
-    {"reports", "bench"},  # the benchmark's jobs write their reports; the reports read its segments and regime
+    {"reports"},
+    {"bench"},  # the benchmark's jobs, then their reports
 ]
 LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dreamddp.reports.collect import collect, safe_name, write_compact
-from dreamddp.reports.records import MAX_POINTS, compact
+from dreamddp.reports.compact import MAX_POINTS, compact
 from dreamddp.reports.tables import speedup_rows, write_tables
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import pytest
 from dreamddp.comm.cost import LinkModel
 from dreamddp.prediction import simulate, simulated_algorithms
 from dreamddp.schedule.profile import Profile
-from dreamddp.schedule.simulator import Interleaving, Skew
+from dreamddp.schedule.compute import Interleaving, Skew
 
 UNITS = ["c", "b", "a"]  # backward order
 
@@ -190,7 +190,8 @@ def test_a_real_transfer_running_past_a_wait_takes_the_core():
     on the worker's core (gloo's threads share it), and the step waits for the core: 7.5 s of
     compute and A's 1 s wait, plus B's 1 s, which the step does not hide."""
     from dreamddp.engine.plan import Payload, SyncOp, When
-    from dreamddp.schedule.simulator import Compute, simulate_plan
+    from dreamddp.schedule.compute import Compute
+    from dreamddp.schedule.simulator import simulate_plan
 
     compute = Compute(fwd=np.ones(3), bp=np.ones(3), step=0.5)
     a = SyncOp(0, 0, Payload.PARAM, When.UNIT_READY, When.END_OF_BACKWARD)
@@ -235,7 +236,8 @@ def test_an_op_that_steps_moves_its_share_of_the_step_behind_its_wait():
     1.5 s is the optimizer (half per unit), one 3 s collective of both units' gradients launched
     when the last is ready (4 s into iteration 0) and completed in the next forward."""
     from dreamddp.engine.plan import Payload, SyncOp, When
-    from dreamddp.schedule.simulator import Compute, simulate_plan
+    from dreamddp.schedule.compute import Compute
+    from dreamddp.schedule.simulator import simulate_plan
 
     compute = Compute(fwd=np.ones(2), bp=np.ones(2), step=2.0, optimizer=1.5, share=np.array([0.5, 0.5]))
 
@@ -265,7 +267,8 @@ def test_the_engines_host_work_per_op_is_charged_where_it_runs():
     units, forward and backward 1 s each, step 2 s, one 0.5 s all-reduce per unit launched when
     it is ready and completed at the end of backward; 0.1 s per launch, 0.2 s per completion."""
     from dreamddp.engine.plan import Payload, SyncOp, When
-    from dreamddp.schedule.simulator import Compute, simulate_plan
+    from dreamddp.schedule.compute import Compute
+    from dreamddp.schedule.simulator import simulate_plan
 
     plan = tuple(SyncOp(u, u, Payload.GRAD, When.UNIT_READY, When.END_OF_BACKWARD) for u in range(2))
 
@@ -307,7 +310,8 @@ def test_at_a_turns_barrier_what_is_on_the_wire_waits_with_its_rank():
     the turn, waits 1 s at the barrier with its transfer paused, and in the next turn waits the
     0.8 s still to go, then computes 1 s."""
     from dreamddp.engine.plan import Payload, SyncOp, When
-    from dreamddp.schedule.simulator import Compute, simulate_plan
+    from dreamddp.schedule.compute import Compute
+    from dreamddp.schedule.simulator import simulate_plan
 
     op = SyncOp(0, 0, Payload.GRAD, When.UNIT_READY, When.BEFORE_FORWARD)
     compute = Compute(fwd=np.zeros(1), bp=np.ones(1), step=0.0)

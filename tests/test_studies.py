@@ -1,4 +1,4 @@
-"""Study files (runners/*.yaml, dreamddp/bench/study.py): every published one loads and lists its
+"""Study files (runners/*.yaml, dreamddp/study.py): every published one loads and lists its
 jobs without starting any, a bad one is refused in one line naming the file and the field, and
 the jobs a study makes are the ones its regime says (models, runs in order, iterations, overrides)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dreamddp.bench import jobs, study_run
-from dreamddp.bench.study import RUNNERS, StudyError, load
+from dreamddp.study import RUNNERS, StudyError, load
 
 STUDIES = sorted(RUNNERS.glob("*.yaml"))
 
@@ -202,7 +202,7 @@ def test_the_study_file_makes_the_jobs_its_committed_records_ran(name):
     would keep them."""
     import json
 
-    from dreamddp.bench.study import ROOT
+    from dreamddp.study import ROOT
 
     for out, spec in specs(selected(RUNNERS / f"{name}.yaml")).items():
         committed = json.loads((ROOT / out / "spec.json").read_text())

@@ -38,7 +38,7 @@ def test_the_a_priori_error_is_each_runs_own_prediction_over_its_measurement():
 def test_the_tc_study_runs_each_algorithm_alone_and_latency_stays_off_the_ideal_link(tmp_path):
     from dreamddp.bench import study_run
     from dreamddp.bench.segments import segment_overrides
-    from dreamddp.bench.study import RUNNERS, load
+    from dreamddp.study import RUNNERS, load
 
     (part,) = load(RUNNERS / "tc.yaml").parts
     labels = [r.label for r in part.runs]

@@ -24,7 +24,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from dreamddp.bench.study import RUNNERS, load
+from dreamddp.study import RUNNERS, load
 
 STUDY = RUNNERS / "gpu.yaml"
 STEPS = tuple(load(STUDY).settings["steps"])  # the file's steps, in priority order

@@ -14,7 +14,7 @@ import sys
 import time
 
 from dreamddp.atomic import write_json
-from dreamddp.bench.study import DEFAULT_ITERATIONS, ModelEntry, Part
+from dreamddp.study import DEFAULT_ITERATIONS, ModelEntry, Part
 from dreamddp.provenance import source_digest
 
 

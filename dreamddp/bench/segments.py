@@ -1,19 +1,14 @@
-"""A benchmark job's runs ("segments"), by their labels in runners/catalogue/runs.yaml: jobs.py runs them,
-the reports read their records by these labels."""
+"""A benchmark job's runs ("segments"), by their labels in runners/catalogue/runs.yaml: their command
+lines, which jobs.py runs (dreamddp/reports/labels.py groups the same labels for the reports)."""
 
 from __future__ import annotations
 
 import os
 import statistics
 
-from dreamddp.bench.study import catalogue_runs
+from dreamddp.study import catalogue_runs
 
 _ALL = catalogue_runs()  # label -> RunEntry, in the catalogue's order
-TIMED = [label for label, r in _ALL.items() if r.link == "emulated"]  # they share the emulated link
-IDEAL = [label for label, r in _ALL.items() if r.link == "ideal"]  # the engine-overhead runs
-OPT_IN = {label for label, r in _ALL.items() if r.opt_in}  # not among the default algorithms
-# the run an opt-in segment varies: named where its label does not say it (``base+variant``)
-VARIES = {label: r.varies or label.rsplit("+", 1)[0] for label, r in _ALL.items()}
 # DDP's bucket cap in ddp+1bucket@ideal, above any model's size: one bucket
 ONE_BUCKET_MB = int(next(o for o in _ALL["ddp+1bucket@ideal"].overrides
                          if o.startswith("algo.bucket_cap_mb=")).split("=", 1)[1])

@@ -110,7 +110,7 @@ def _runs(part, model, rep: int, cal: dict):
 
 def run_separate(study, part, args, made) -> list[str]:
     """Every repetition of every model of ``part``; returns its runs folders (tc, and emulated with twins).
-    ``made(study, part, args, seconds)``: what bench.json says made them."""
+    ``made(study, part, args, seconds, path)``: what bench.json says made them."""
     out = Path(study.out) / part.out
     trees = {link: out / link / "runs" for link in _links(part)}
     start = time.perf_counter()
@@ -147,7 +147,7 @@ def run_separate(study, part, args, made) -> list[str]:
                     shutil.rmtree(twin, ignore_errors=True)
                     shutil.copytree(run_dir, twin)
     for tree in trees.values():
-        write_json(tree / "bench.json", made(study, part, args, time.perf_counter() - start))
+        write_json(tree / "bench.json", made(study, part, args, time.perf_counter() - start, tree / "bench.json"))
     return [str(t) for t in trees.values()]
 
 

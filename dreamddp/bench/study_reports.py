@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from dreamddp.atomic import write_text
-from dreamddp.bench.study import Study, resolve_input
+from dreamddp.study import Study, resolve_input
 from dreamddp.reports import NO_RECORDS, write_report
 
 

@@ -14,15 +14,17 @@ and checked before the first starts, so a bad field or override is refused in on
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from dreamddp.atomic import write_json
 from dreamddp.bench import jobs, study_reports
-from dreamddp.bench.study import Part, Study, StudyError, catalogue_presets, load
+from dreamddp.study import Part, Study, StudyError, catalogue_presets, load
 
 QUICK = {"iterations": 12, "calibration_iterations": 6, "profile_iterations": 2}  # with the tiny presets
 STAND_IN = {"gbps": 1.0, "iteration_s": 0.1}  # a calibration's fields, any valid values (check_configs)
@@ -131,8 +133,11 @@ def check_configs(study: Study, extra_set: list[str]) -> None:
                     refuse(f"{part.name + ' ' if part.name else ''}{model.name} {label}: {exc}")
 
 
-def bench_json(study: Study, part: Part, args, seconds: float) -> dict:
-    """runs/bench.json: what made the records (``args``: the fields the reports read, and the rest of the regime)."""
+def bench_json(study: Study, part: Part, args, seconds: float, path: str | os.PathLike) -> dict:
+    """``path`` (runs/bench.json): what made the records (``args``: the fields the reports read, and the
+    rest of the regime) and the seconds its jobs took: with --resume, added to those already there."""
+    if args.resume and os.path.isfile(path):
+        seconds += json.loads(Path(path).read_text()).get("seconds") or 0.0
     r = part.regime
     return {"study": study.path, "part": part.name, "made_by": made_by(study, args),
             "args": {"preset": "+".join(dict.fromkeys(m.preset for m in part.models)),
@@ -162,7 +167,8 @@ def run_part(study: Study, part: Part, args, reps=None) -> None:
         print(f"{name}: {jobs.job(spec, part.regime.nproc, rep, args.port):.0f} s", flush=True)
     runs = os.path.join(part_out(study, part), "runs")
     os.makedirs(runs, exist_ok=True)
-    write_json(os.path.join(runs, "bench.json"), bench_json(study, part, args, time.perf_counter() - start))
+    path = os.path.join(runs, "bench.json")
+    write_json(path, bench_json(study, part, args, time.perf_counter() - start, path))
 
 
 def dry_run(study: Study) -> list[str]:

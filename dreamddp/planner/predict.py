@@ -28,7 +28,8 @@ from dreamddp.engine.layout import UnitLayout
 from dreamddp.planner.link import HierLink
 from dreamddp.planner.spec import Cluster, Model
 from dreamddp.schedule.profile import Profile
-from dreamddp.schedule.simulator import Compute, simulate_plan
+from dreamddp.schedule.compute import Compute
+from dreamddp.schedule.simulator import simulate_plan
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ def write_report(kind: str, out: str, inputs: list[str], *, claims: dict[str, st
         if not Path(d).is_dir():
             raise FileNotFoundError(f"report {kind}: input {d}: no such folder")
     opts = {"title": title, "made_by": made_by, "mix": mix}
-    # imported here: the writers import dreamddp.bench, which imports this package
+    # imported here: only the asked kind's writer (and its plotting) loads
     writer = import_module(f"dreamddp.reports.{'methods' if kind == 'methods_card' else kind}")
     if kind == "bench":
         writer.write(str(Path(inputs[0]) / "runs"), out, title=title, made_by_line=made_by, mix=mix)

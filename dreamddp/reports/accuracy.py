@@ -1,5 +1,5 @@
 """The simulator-accuracy study's rows and report: each timed run's prediction from its job's
-measurements alone against its measured mean iteration (dreamddp/bench/accuracy.py runs the jobs)."""
+measurements alone against its measured mean iteration (``dreamddp-bench run runners/accuracy.yaml`` runs the jobs)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from dreamddp.atomic import write_csv
-from dreamddp.bench import regime as bench_regime
+from dreamddp.reports import regime as job_regime
 from dreamddp.reports import bench as bench_report
 from dreamddp.reports import predict as bp
 from dreamddp.reports import records
@@ -35,7 +35,7 @@ def rows_of(runs_dir: str, ratio: float) -> list[dict]:
             nosync_backward = segs[bp.NOSYNC].timed_mean("backward")
             plain_backward = segs["plain@ideal"].timed_mean("backward") if "plain@ideal" in segs else None
             chunk = next(iter(segs.values())).job_chunk()
-            regime = bench_regime.compute_split(segs)
+            regime = job_regime.compute_split(segs)
             for label in records.ordered(lb for lb in segs if lb in bench_report.TIMED):
                 rec = segs[label]
                 measured = rec.mean_iteration

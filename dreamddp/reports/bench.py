@@ -13,9 +13,9 @@ from pathlib import Path
 
 from dreamddp.algorithms import ALGORITHMS
 from dreamddp.atomic import write_csv
-from dreamddp.bench.overhead import engine_overhead, fmt_ms, phase_overhead
-from dreamddp.bench.regime import batch, compute_split, emulation
-from dreamddp.bench.segments import IDEAL, OPT_IN, TIMED, VARIES
+from dreamddp.reports.overhead import engine_overhead, fmt_ms, phase_overhead
+from dreamddp.reports.regime import batch, compute_split, emulation
+from dreamddp.reports.labels import IDEAL, OPT_IN, TIMED, VARIES
 from dreamddp.engine.layout import UnitLayout
 from dreamddp.reports import card, records
 from dreamddp.reports import predict as bp

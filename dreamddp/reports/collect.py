@@ -1,4 +1,4 @@
-"""Find run records and turn each into a compact record (``records.compact``), the results tools' only input.
+"""Find run records and turn each into a compact record (``compact.compact``), the results tools' only input.
 
 The compact copy (``results/runs/<study>/<run>.json``) keeps what tables and figures read: config,
 versions, hardware, summary, evaluations and divergence in full, the iteration rows thinned to
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from dreamddp.atomic import write_json
-from dreamddp.reports.records import Record, compact, is_record
+from dreamddp.reports.compact import compact, is_record
+from dreamddp.reports.records import Record
 from dreamddp.run.record import RECORD_NAME
 
 _NOT_RUNS = ("wandb", ".submitit", "profile", ".hydra", "failures", "checkpoints")  # folders holding other JSON

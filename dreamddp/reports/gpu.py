@@ -7,8 +7,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from dreamddp.bench import overhead, regime
-from dreamddp.bench.segments import TIMED
+from dreamddp.reports import overhead, regime
+from dreamddp.reports.labels import TIMED
 from dreamddp.reports import bench as report
 from dreamddp.reports import card as result_card
 from dreamddp.reports import records

@@ -15,7 +15,7 @@ from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
 from dreamddp.reports import records
 from dreamddp.reports.render import spread_table, write_readme
-from dreamddp.bench.segments import TIMED
+from dreamddp.reports.labels import TIMED
 from dreamddp.reports.spread import median_spread, medians
 from dreamddp.reports.target import SMOOTH
 

@@ -29,7 +29,7 @@ from dreamddp.schedule.delay import late_room
 from dreamddp.schedule.general import hiding_bound
 from dreamddp.schedule.optimal import optimal_cuts
 from dreamddp.schedule.profile import Profile, load_profile, scaled
-from dreamddp.schedule.simulator import Interleaving
+from dreamddp.schedule.compute import Interleaving
 
 REFERENCE = "dreamddp"  # the segment whose start-up profile gives the per-unit shares
 NOSYNC = "nosync@ideal"

@@ -11,7 +11,7 @@ from pathlib import Path
 from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
 from dreamddp.reports import records
-from dreamddp.bench.segments import TIMED
+from dreamddp.reports.labels import TIMED
 from dreamddp.reports.render import spread_table, write_readme
 from dreamddp.reports.spread import median_spread, medians
 

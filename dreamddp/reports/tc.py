@@ -9,8 +9,8 @@ from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
 from dreamddp.reports import card, records
 from dreamddp.reports.accuracy_measures import by_algorithm, error_stats
-from dreamddp.bench.regime import batch
-from dreamddp.bench.segments import TIMED
+from dreamddp.reports.regime import batch
+from dreamddp.reports.labels import TIMED
 from dreamddp.reports.render import spread_table, write_readme
 from dreamddp.reports.spread import median_spread, medians
 

@@ -46,7 +46,8 @@ from dreamddp.engine.plan import Payload, Plan, SyncOp, When
 from dreamddp.schedule.cost import Run, arrays, forward_slack, step_moved
 from dreamddp.schedule.profile import Profile
 from dreamddp.schedule.schedule_file import late_part, late_run, resyncs
-from dreamddp.schedule.simulator import Compute, Skew, simulate_plan
+from dreamddp.schedule.compute import Compute, Skew
+from dreamddp.schedule.simulator import simulate_plan
 
 _EPS = 1e-12
 MAX_EVALUATIONS = 1000  # bound on the local search's simulated windows

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 RUNNERS = ROOT / "runners"
 CATALOGUE = RUNNERS / "catalogue"
 DEFAULT_ITERATIONS = 44  # per run where neither the regime nor the model preset says

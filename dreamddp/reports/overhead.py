@@ -3,7 +3,7 @@ ratio or difference taken inside a repetition (the same processes) before the me
 
 from __future__ import annotations
 
-from dreamddp.bench.segments import OPT_IN
+from dreamddp.reports.labels import OPT_IN
 from dreamddp.reports.records import Record
 from dreamddp.reports.spread import median_spread
 
