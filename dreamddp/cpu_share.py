@@ -3,7 +3,7 @@
 The emulated link models the network; compute is real.  With 4 workers on 2
 cores, a worker that waits lends its core to the others, whose compute then
 runs faster the more the algorithm waits (measured here: local SGD variants'
-backward passes 15-20% faster than local training's in the same job), which no
+backward passes faster than local training's in the same job, results/bench/skew), which no
 cluster does: a worker waiting for the network keeps its GPU.  A CFS bandwidth
 quota on the worker's compute thread caps it at its share (cores / workers)
 whatever the others do, and the communication backend's threads, started

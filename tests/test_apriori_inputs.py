@@ -9,7 +9,7 @@ import pytest
 from dreamddp.comm.cost import LinkModel, timed_link
 from dreamddp.comm.links.tc import PROBE_BYTES, TcLink
 from dreamddp.engine.codecs import make_codec
-from dreamddp.engine.gather import codec_seconds
+from dreamddp.warmup import codec_seconds
 from dreamddp.engine.plan import Payload, SyncOp, When
 from dreamddp.prediction import record_link, simulate
 from dreamddp.schedule.profile import Profile

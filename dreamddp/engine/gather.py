@@ -3,9 +3,6 @@ one (the sync pipeline's codec path, engine/pipeline.py)."""
 
 from __future__ import annotations
 
-import statistics
-import time
-
 from dreamddp.lazy import lazy
 
 torch = lazy("torch")
@@ -62,22 +59,3 @@ def decoded_mean(parts, codec, n: int, senders: bool):
         if senders:
             count.add_(codec.support(parts[r], n).float())
     return total.div_(parts.shape[0]) if not senders else total.div_(count.clamp_(min=1))
-
-
-def codec_seconds(codec, numel: int, world: int, feedback: bool, senders: bool, repeats: int = 3) -> tuple[float, float]:
-    """Median host seconds of what a rank does around one compressed collective of ``numel``
-    elements, on a random payload: making its payload (``encoded``, with error feedback when
-    ``feedback``) and, once every rank's has arrived, their mean (``decoded_mean`` of ``world``
-    payloads).  What the simulator charges such an op at its launch and its completion."""
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(numel, generator=gen)
-    residual = [torch.zeros(numel)] if feedback else None
-    made, meant = [], []
-    for _ in range(repeats + 1):  # the first warms the caches and the codec's own (DCT matrix)
-        t0 = time.perf_counter()
-        mine = encoded(x, codec, residual, 1.0)
-        t1 = time.perf_counter()
-        decoded_mean(mine.expand(world, -1), codec, numel, senders)
-        made.append(t1 - t0)
-        meant.append(time.perf_counter() - t1)
-    return statistics.median(made[1:]), statistics.median(meant[1:])

@@ -326,7 +326,7 @@ class Record:
 
 def typed(run) -> Record:
     """A Record of a raw or compact record (a Record as it is)."""
-    return run if isinstance(run, Record) else Record.of(run, Record(run).source)
+    return run if isinstance(run, Record) else Record.of(run, run.get("source"))
 
 
 # ---- a benchmark folder ----

@@ -10,6 +10,8 @@ e.g. DreamDDP's profile and schedule) through the :class:`Warmup` they are given
 
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -18,7 +20,7 @@ import torch.distributed as dist
 
 from dreamddp.checks import at_least
 from dreamddp.comm.cost import KINDS, PROBE_BYTES, QUEUED
-from dreamddp.engine.gather import codec_seconds
+from dreamddp.engine.gather import decoded_mean, encoded
 from dreamddp.schedule.profile import Profile
 from dreamddp.speed import Speeds
 from dreamddp.warmup.profiler import measure_profile
@@ -143,7 +145,7 @@ class Warmup:
 
 def codec_host(pipeline, comm) -> list[tuple[int, float, float]] | None:
     """(elements, launch s, completion s) of the sync pipeline's codec at ``CODEC_PROBE_NUMEL``:
-    a rank's host work around one compressed collective (engine/gather.py's codec_seconds; all
+    a rank's host work around one compressed collective (``codec_seconds``; all
     ranks agree: the slowest), for the simulator; None where nothing is compressed."""
     if pipeline.codec is None:
         return None
@@ -152,3 +154,22 @@ def codec_host(pipeline, comm) -> list[tuple[int, float, float]] | None:
                                        cfg.reduction == "senders") for n in CODEC_PROBE_NUMEL], dtype=torch.float64)
     comm.all_reduce_max(secs)
     return [(n, float(a), float(b)) for n, (a, b) in zip(CODEC_PROBE_NUMEL, secs.tolist())]
+
+
+def codec_seconds(codec, numel: int, world: int, feedback: bool, senders: bool, repeats: int = 3) -> tuple[float, float]:
+    """Median host seconds of what a rank does around one compressed collective of ``numel``
+    elements, on a random payload: making its payload (``encoded``, with error feedback when
+    ``feedback``) and, once every rank's has arrived, their mean (``decoded_mean`` of ``world``
+    payloads).  What the simulator charges such an op at its launch and its completion."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(numel, generator=gen)
+    residual = [torch.zeros(numel)] if feedback else None
+    made, meant = [], []
+    for _ in range(repeats + 1):  # the first warms the caches and the codec's own (DCT matrix)
+        t0 = time.perf_counter()
+        mine = encoded(x, codec, residual, 1.0)
+        t1 = time.perf_counter()
+        decoded_mean(mine.expand(world, -1), codec, numel, senders)
+        made.append(t1 - t0)
+        meant.append(time.perf_counter() - t1)
+    return statistics.median(made[1:]), statistics.median(meant[1:])

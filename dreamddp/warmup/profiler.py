@@ -41,8 +41,8 @@ Runs on every worker of the real job, on the real model, data and link:
 A worker slower than full speed (``speed``: its speed in pass t, dreamddp/speed.py) waits after
 its forward and its backward as training makes it wait, so the passes run beside the others'
 waits as training's do (on a shared host a worker computes faster while its neighbour sleeps:
-GPT-2 small's FLSGD at one worker half speed ran 13 % faster than a profile without the waits
-predicted, results/bench/unequal); the times kept are the passes' own, waits excluded.
+results/bench/unequal measured a profile without the waits predicting a slow worker's FLSGD too
+slow); the times kept are the passes' own, waits excluded.
 
 ``iterations`` unperturbed passes are timed (plus as many hooked ones and
 ``warmup`` dropped ones).  Per unit the median over passes, rescaled so the

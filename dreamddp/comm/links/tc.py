@@ -3,8 +3,8 @@
 The kernel paces the real traffic, so nothing is paced here (that would count
 the link twice); the rate is kept for the run record.  The simulator's model of
 this link is what start-up measures on it: gloo does not move bytes at the ring
-formula's pace under tbf (3-5 % slower at the set rate, and its reduce-scatter
-and all-gather each their own way), so every collective kind is timed at a
+formula's pace under tbf (somewhat slower at the set rate, and its reduce-scatter
+and all-gather each their own way: results/bench/tc), so every collective kind is timed at a
 small and a large size (``PROBE``) and the model interpolates between them.
 torchrun forks every worker into one namespace, so this link brings its own
 launcher: one process per shaped namespace (dreamddp.netshape), needing root
@@ -118,4 +118,3 @@ class TcLink(Link):
         net = netshape.ShapedNetwork(int(cfg.cluster.nproc), rates)
         log.info("starting %d workers in shaped namespaces at %s Gbit/s", cfg.cluster.nproc, rates)
         return netshape.launch_shaped(net, lambda rank: command, env, port)
-
