@@ -1,4 +1,4 @@
-"""The reports' typed reader (dreamddp/reports/records.py): both record shapes, one code version per
+"""The reports' typed reader (dreamddp/reports/records.py, versions.py): both record shapes, one code version per
 report unless mixing is asked for (and then said), and one definition of bytes in every table."""
 
 from __future__ import annotations
@@ -105,8 +105,14 @@ def test_records_at_two_commits_are_one_version_where_their_source_digest_is_the
             print_card([folder / "runs"])
     else:
         write_report("bench", str(folder), [str(folder)])
-        assert "mixes code versions" not in (folder / "README.md").read_text()
+        text = (folder / "README.md").read_text()
+        assert "mixes code versions" not in text
         assert "mixes code versions" not in print_card([folder / "runs"])  # its compact copies keep the digest
+        # the one version is named, with the commits its records were made at and their runs
+        (code,) = [line for line in text.splitlines() if line.startswith("Code: ")]
+        reps = {int(p.parent.parent.name[3:]): len(list(p.parent.parent.glob("*/run.json")))
+                for p in (folder / "runs").glob("gpt2/rep*/*/run.json")}
+        assert "source digest f00d" in code and f"1111 ({reps[0]} runs)" in code and f"2222 ({reps[1]} runs)" in code
 
 
 def test_the_cards_bytes_equal_the_tables_and_the_bench_reports_for_the_same_run(tmp_path):

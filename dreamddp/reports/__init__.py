@@ -15,7 +15,7 @@ def write_report(kind: str, out: str, inputs: list[str], *, claims: dict[str, st
                  title: str | None = None, made_by: str | None = None, mix: bool = False) -> list[str]:
     """Write the report of ``kind`` from the records under ``inputs`` into ``out``; returns the
     paths written.  Records of different code in one report are refused unless ``mix``
-    (records.check_provenance); ``made_by`` replaces the report's "Made by" command."""
+    (versions.check_provenance); ``made_by`` replaces the report's "Made by" command."""
     if kind not in KINDS:
         raise ValueError(f"report kind {kind!r}: choose from {', '.join(KINDS)}")
     if kind in NO_RECORDS:

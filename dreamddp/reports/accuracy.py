@@ -14,7 +14,7 @@ from dreamddp.atomic import write_csv
 from dreamddp.reports import regime as job_regime
 from dreamddp.reports import bench as bench_report
 from dreamddp.reports import predict as bp
-from dreamddp.reports import records
+from dreamddp.reports import records, versions
 from dreamddp.reports.accuracy_measures import TIE, accuracy, by_job, median_ranking, ranking
 from dreamddp.reports.render import write_readme
 
@@ -107,7 +107,7 @@ def write(inputs: list[str], out: str, *, title: str | None = None, made_by: str
     folders = [Path(d) for d in inputs if is_bench(d)]
     folders += [sub for d in inputs if not is_bench(d) for sub in sorted(Path(d).glob("ratio*")) if is_bench(sub)]
     benches = [records.bench(d / "runs") for d in folders]
-    mixed = records.check_provenance([r for b in benches for r in b.records()], mix, f"report {out}")
+    mixed, code = versions.check_provenance([r for b in benches for r in b.records()], mix, f"report {out}")
     rows = [row for d, b in zip(folders, benches) for row in rows_of(str(d / "runs"), float(b.args["ratio"]))]
     if not rows:
         raise SystemExit(f"accuracy: no run records under {', '.join(inputs)}")
@@ -116,7 +116,7 @@ def write(inputs: list[str], out: str, *, title: str | None = None, made_by: str
     argv = ran["argv"]
     med, p95, right, ties, n = accuracy(rows)
     readme = write_readme(out, "accuracy.md.j2", title=title or "Simulator accuracy: predicted vs measured iteration time",
-                          mixed=mixed, made_by=made_by or f"dreamddp-bench accuracy {' '.join(argv)}",
+                          mixed=mixed, code=code, made_by=made_by or f"dreamddp-bench accuracy {' '.join(argv)}",
                           seconds=ran["seconds"], resumed="--resume" in argv, from_bench="--from-bench" in argv,
                           interleaving=_interleaving(rows), rows=rows, median=med, p95=p95, right=right, ties=ties,
                           n=n, tie=TIE, ranks=ranking(rows), over_reps=median_ranking(rows),

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from dreamddp.atomic import write_csv
-from dreamddp.reports import records
+from dreamddp.reports import records, versions
 from dreamddp.reports.accuracy_measures import by_algorithm, error_stats
 from dreamddp.reports.render import write_readme
 
@@ -41,7 +41,7 @@ def write(parts: list[str], out: str, *, title: str | None = None, made_by: str 
     pending = [(Path(p).name, len(list(runs.glob("*/rep*/*/run.json")))) for p, runs in runs_of.items()
                if not (runs / "bench.json").is_file()]
     parts = [p for p, runs in runs_of.items() if (runs / "bench.json").is_file()]
-    mixed = records.check_provenance([r for p in parts for r in records.bench(str(runs_of[p])).records()],
+    mixed, code = versions.check_provenance([r for p in parts for r in records.bench(str(runs_of[p])).records()],
                                      mix, f"report {out}")
     rows = [r for p in parts for r in _rows(p)]
     if not rows:
@@ -58,7 +58,7 @@ def write(parts: list[str], out: str, *, title: str | None = None, made_by: str 
                                      same_job=pct("error"), compute_gap=pct("in_run_compute_gap"),
                                      wait_gap=pct("in_run_wait_gap"))]
     readme = write_readme(out, "accuracy_tc.md.j2", title=title or "The simulator against the real shaped link",
-                          mixed=mixed, made_by=made_by or "dreamddp-bench run runners/accuracy_tc.yaml",
+                          mixed=mixed, code=code, made_by=made_by or "dreamddp-bench run runners/accuracy_tc.yaml",
                           parts=[(Path(p).name, os.path.relpath(p, out)) for p in parts], runs=len(rows),
                           median=med, p95=p95, targets=TARGETS, met=med <= TARGETS["median"] and p95 <= TARGETS["p95"],
                           same_median=same_med, same_p95=same_p95, per_setting=per_setting, table=table,

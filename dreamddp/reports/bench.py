@@ -17,7 +17,7 @@ from dreamddp.reports.overhead import engine_overhead, fmt_ms, phase_overhead
 from dreamddp.reports.regime import batch, compute_split, emulation
 from dreamddp.reports.labels import IDEAL, OPT_IN, TIMED, VARIES
 from dreamddp.engine.layout import UnitLayout
-from dreamddp.reports import card, records
+from dreamddp.reports import card, records, versions
 from dreamddp.reports import predict as bp
 from dreamddp.reports.render import write_readme
 from dreamddp.reports.spread import median_spread, medians
@@ -221,7 +221,7 @@ def write(runs: str, out: str, data: dict | None = None, *, title: str | None = 
     card's loss_vs_time.png from the records under ``runs`` (``data``: ``load(runs)`` where the
     caller has it); returns the table's rows (medians with their spread)."""
     found = records.bench_of(runs, "report")
-    mixed = records.check_provenance(found.records(), mix, f"report {out}")
+    mixed, code = versions.check_provenance(found.records(), mix, f"report {out}")
     args = found.args
     data = found.runs if data is None else data
     # each job from its first segment's start to its last one's end (a job kept by --resume counts as it took)
@@ -230,7 +230,7 @@ def write(runs: str, out: str, data: dict | None = None, *, title: str | None = 
     sections = [model_section(model, reps) for model, reps in data.items()]
     rows = [row for _, model_rows in sections for row in model_rows]
     shown = [r for r in found.records() if r.label in TIMED]
-    write_readme(out, "bench.md.j2", title=title, preset=args.get("preset", "compute"), mixed=mixed,
+    write_readme(out, "bench.md.j2", title=title, preset=args.get("preset", "compute"), mixed=mixed, code=code,
                  made_by=made_by_line or made_by(found, args), minutes=seconds / 60,
                  chunk=int(args.get("chunk") or 0), H=int(args.get("H") or 0),
                  cards=card.card_tables(shown) if shown else [], sections=[ctx for ctx, _ in sections])

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from dreamddp.atomic import write_csv
 from dreamddp.reports.collect import collect
-from dreamddp.reports.records import Record, check_provenance, order
+from dreamddp.reports.records import Record, order
+from dreamddp.reports.versions import check_provenance
 from dreamddp.reports.render import spread_table
 from dreamddp.reports.spread import median_spread
 from dreamddp.reports.target import SMOOTH, train_loss_points
@@ -169,7 +170,7 @@ def print_card(paths: list[str | Path], figure: str | Path | None = None, csv: s
     records = records_of(collect(paths))
     if not records:
         raise ValueError(f"no completed run records under {' '.join(map(str, paths))}")
-    mixed = check_provenance(records, mix, "card")
+    mixed, _ = check_provenance(records, mix, "card")
     text = render(records)
     if mixed:
         text = "mixes code versions:\n" + "\n".join(f"  {line}" for line in mixed) + "\n\n" + text

@@ -18,7 +18,7 @@ from dreamddp.reports.card import print_card
 from dreamddp.reports.collect import collect, write_compact
 from dreamddp.reports.figures import make_figures
 from dreamddp.reports.index import write_index
-from dreamddp.reports.records import mixed_folders
+from dreamddp.reports.versions import mixed_folders
 from dreamddp.reports.scheduler import make_scheduler_figures, reference_study
 from dreamddp.reports.tables import HIGHER_IS_BETTER, write_tables
 from dreamddp.reports.wandb_table import log_tables

@@ -11,7 +11,7 @@ from dreamddp.reports import overhead, regime
 from dreamddp.reports.labels import TIMED
 from dreamddp.reports import bench as report
 from dreamddp.reports import card as result_card
-from dreamddp.reports import records
+from dreamddp.reports import records, versions
 from dreamddp.reports.render import table, write_readme
 from dreamddp.reports.spread import fmt_spread
 
@@ -109,7 +109,7 @@ def write(gpu: Path, cpu_dir: Path, *, title: str | None = None, made_by: str | 
           mix: bool = False) -> list[str]:
     cards = job_folders(gpu)
     benches = [d for dirs in cards.values() for d in dirs]
-    mixed = records.check_provenance([r for d in benches for r in records.bench(d / "runs").records()]
+    mixed, code = versions.check_provenance([r for d in benches for r in records.bench(d / "runs").records()]
                                      + records.bench(cpu_dir / "runs").records(), mix, f"report {gpu}")
     jobs = {d: report.load(str(d / "runs")) for d in benches}
     # the jobs that measured memory need not be those whose times the tables show
@@ -123,7 +123,7 @@ def write(gpu: Path, cpu_dir: Path, *, title: str | None = None, made_by: str | 
             sources[model] = [f"{d.parent.name}/{d.name}" for d, found in per_job.items() if found]
     blocks, models = _models(cards, jobs, cpu_dir)
     readme = write_readme(gpu, "gpu.md.j2", title=title or "The algorithms side by side on one GPU shared by 2 workers, "
-                          "next to the CPU and the paper", mixed=mixed, made_by=made_by or "dreamddp-bench gpu --reports",
+                          "next to the CPU and the paper", mixed=mixed, code=code, made_by=made_by or "dreamddp-bench gpu --reports",
                           cpu_dir=cpu_dir, cards=blocks, models=models, overhead=overhead_table(cards, jobs),
                           overhead_columns=OVERHEAD_COLUMNS, peaks=peaks, memory_sources=sources)
     return [readme]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
-from dreamddp.reports import records
+from dreamddp.reports import records, versions
 from dreamddp.reports.render import spread_table, write_readme
 from dreamddp.reports.labels import TIMED
 from dreamddp.reports.spread import median_spread, medians
@@ -58,7 +58,7 @@ def write(time_dir: str, quality_dir: str, out: str, *, claims: dict[str, str] |
           made_by: str | None = None, mix: bool = False) -> list[str]:
     time_runs, quality_runs = str(Path(time_dir) / "runs"), str(Path(quality_dir) / "runs")
     tbench, qbench = records.bench_of(time_runs, "card"), records.bench_of(quality_runs, "card")
-    mixed = records.check_provenance(tbench.records() + (qbench.records() if quality_runs != time_runs else []),
+    mixed, code = versions.check_provenance(tbench.records() + (qbench.records() if quality_runs != time_runs else []),
                                      mix, f"card {out}")
     table = rows(time_runs, quality_runs, claims)
     models = []
@@ -76,7 +76,7 @@ def write(time_dir: str, quality_dir: str, out: str, *, claims: dict[str, str] |
         models.append({"name": model, "card": card, "against": against})
     ratio = float(tbench.args.get("ratio"))
     readme = write_readme(out, "methods_card.md.j2", title=title,
-                          mixed=mixed, made_by=made_by or f"dreamddp-bench card {time_dir} {quality_dir} --out {out}",
+                          mixed=mixed, code=code, made_by=made_by or f"dreamddp-bench card {time_dir} {quality_dir} --out {out}",
                           time_dir=time_dir, quality_dir=quality_dir, ratio=ratio,
                           same=Path(time_dir).resolve() == Path(quality_dir).resolve(),
                           qratio=float(qbench.args.get("ratio")), iterations=qbench.args.get("iterations"),

@@ -3,7 +3,7 @@
 Bytes: a report shows *wire bytes per worker per iteration* (``Record.wire_per_iteration``), what
 the link, simulator and engine charge; a row's ``bytes`` is the collective's flat tensor (the
 payload): an all-gather's holds every worker's part.  Records older than ``wire_bytes`` count bytes.
-Provenance: ``check_provenance`` refuses records of different code in one report unless mixing.
+Provenance: reports/versions.py refuses records of different code in one report unless mixing.
 """
 
 from __future__ import annotations
@@ -360,45 +360,3 @@ def bench_of(runs_dir: str | Path, what: str, kind: str = "a folder dreamddp-ben
     if not (Path(runs_dir) / "bench.json").is_file():
         raise SystemExit(f"{what}: {runs_dir}: no bench.json (not {kind})")
     return bench(runs_dir)
-
-
-# ---- provenance across one report ----
-
-def versions(records) -> dict[Provenance, list[str]]:
-    """{code version: its runs, named by setting, model, repetition and label}, in the order first met.
-    The code is the source digest where a record has one (commits that change only docs or results
-    are the same code), else the commit and its dirty flag; a version is named by its first record."""
-    out: dict = {}
-    for r in records:
-        p = r.provenance
-        out.setdefault(p.source or (p.git_sha, p.dirty), (p, []))[1].append(
-            "/".join([part for part in Path(r.path or r.label).parts if part != "runs"][-4:]))
-    return dict(out.values())
-
-
-def _unidentified(found: dict) -> bool:
-    """Several versions, or uncommitted code that no one source digest names."""
-    return len(found) > 1 or any(p.dirty and not p.source for p in found)
-
-
-def check_provenance(records, mix: bool = False, what: str = "report") -> list[str]:
-    """[] where every record comes from one version of the code (one commit, clean, or uncommitted
-    with one source digest); else, with ``mix``, header lines listing each version and its runs;
-    without it, refuse in one line naming the first few runs of each version."""
-    found = versions(records)
-    if not _unidentified(found):
-        return []
-    if not mix:
-        named = "; ".join(f"{p.name()}: {', '.join(runs[:3])}{' ...' if len(runs) > 3 else ''}"
-                          for p, runs in list(found.items())[:4])
-        why = "different code" if len(found) > 1 else "uncommitted code with no source digest"
-        raise SystemExit(f"{what}: records of {why} ({named}); pass --mix (mix=True) to report them together")
-    return [f"{p.name()} -> {len(runs)} runs: {', '.join(runs[:6])}{' ...' if len(runs) > 6 else ''}"
-            for p, runs in found.items()]
-
-
-def mixed_folders(root: Path) -> dict[str, dict[Provenance, list[str]]]:
-    """{benchmark folder: its code versions} for every one under ``root`` of mixed or uncommitted code."""
-    found = {str(made.parent.parent): versions(bench(made.parent).records())
-             for made in sorted(root.rglob("runs/bench.json"))}
-    return {folder: v for folder, v in found.items() if _unidentified(v)}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
-from dreamddp.reports import records
+from dreamddp.reports import records, versions
 from dreamddp.reports.labels import TIMED
 from dreamddp.reports.render import spread_table, write_readme
 from dreamddp.reports.spread import median_spread, medians
@@ -56,7 +56,7 @@ def write(folder: str, out: str | None = None, *, title: str | None = None, made
     subs = folders(root)
     if not subs:
         raise SystemExit(f"report: no benchmark folders (<name>/runs/bench.json) under {folder}")
-    mixed = records.check_provenance([r for sub in subs for r in records.bench(sub / "runs").records()], mix,
+    mixed, code = versions.check_provenance([r for sub in subs for r in records.bench(sub / "runs").records()], mix,
                                      f"report {folder}")
     all_rows = [row for sub in subs for row in rows(sub, mix)]
     baseline = BASELINE if any(s.name == BASELINE for s in subs) else None
@@ -76,7 +76,7 @@ def write(folder: str, out: str | None = None, *, title: str | None = None, made
                                             ("same-job / measured", "predicted_over_measured", 2),
                                             ("time to target s", "time_to_target_s", 1)])
     readme = write_readme(out, "sweep.md.j2", title=title, name=root.name,
-                          mixed=mixed, made_by=made_by or f"dreamddp-bench report {folder}",
+                          mixed=mixed, code=code, made_by=made_by or f"dreamddp-bench report {folder}",
                           settings=[s.name for s in subs], baseline=baseline, card=card, details=details,
                           param=param)
     write_csv(out / "study.csv", medians(all_rows))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dreamddp.atomic import write_csv
 from dreamddp.reports import bench as report
-from dreamddp.reports import card, records
+from dreamddp.reports import card, records, versions
 from dreamddp.reports.accuracy_measures import by_algorithm, error_stats
 from dreamddp.reports.regime import batch
 from dreamddp.reports.labels import TIMED
@@ -48,7 +48,7 @@ def write_all(folder: str, out: str, *, title: str | None = None, made_by: str |
     card's loss_vs_time.png of the real link's runs."""
     trees = [str(Path(folder) / link / "runs") for link in ("tc", "emulated")]
     benches = [records.bench_of(tree, "report", "a dreamddp-bench run --link tc folder") for tree in trees]
-    mixed = records.check_provenance([r for b in benches for r in b.records()], mix, f"report {out}")
+    mixed, code = versions.check_provenance([r for b in benches for r in b.records()], mix, f"report {out}")
     for tree in trees:
         report.write(tree, str(Path(tree).parent), mix=mix, figure=False)
     tc, em = report.load(trees[0]), report.load(trees[1])
@@ -70,7 +70,7 @@ def write_all(folder: str, out: str, *, title: str | None = None, made_by: str |
     median, p95 = error_stats(p["error"] for p in pred)
     by_algo = by_algorithm(pred, tc, measured=lambda p: p["measured_s"], predicted=lambda p: p["predicted_s"],
                            error=lambda p: 100 * p["error"])
-    written = [write_readme(out, "tc.md.j2", title=title, mixed=mixed, made_by=made_by or report.made_by(benches[0]),
+    written = [write_readme(out, "tc.md.j2", title=title, mixed=mixed, code=code, made_by=made_by or report.made_by(benches[0]),
                             models=models, predictions=by_algo, runs=len(pred), median=median, p95=p95)]
     csvs = {"apriori.csv": pred, "tc.csv": medians([r for m in models for r in m["rows"]])}
     for name, content in csvs.items():
