@@ -12,9 +12,10 @@ The library API (docs/library.md) is loaded on first use::
 __version__ = "0.1.0"
 
 # name -> its module: loaded at first attribute access (PEP 562), so `import dreamddp` stays torch-free
-_LAZY = {name: "dreamddp.library" for name in ("wrap", "Sync", "algo_config", "bandwidth_config", "replica_difference",
+_LAZY = {name: "dreamddp.library" for name in ("wrap", "Sync", "replica_difference",
                                                    "mesh", "shard")}
 _LAZY.update({name: "dreamddp.config.schema" for name in ("BandwidthConfig", "WarmupConfig")})
+_LAZY.update({name: "dreamddp.config.named" for name in ("algo_config", "bandwidth_config")})
 _LAZY.update({"AlgoConfig": "dreamddp.algorithms", "ConfigError": "dreamddp.checks"})
 
 __all__ = ["__version__", *_LAZY]

@@ -39,85 +39,18 @@ from typing import Any, Callable
 
 import dreamddp._compat  # noqa: F401  (an entry point: torchvision's, hence transformers', import on CPU torch)
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from dreamddp.algorithms import ALGORITHMS, AlgoConfig
 from dreamddp.checks import ConfigError
 from dreamddp.comm.links import LINKS, build_link
-from dreamddp.config import CONFIG_NAME, conf_dir
-from dreamddp.config.overrides import compose_checked
-from dreamddp.config.schema import BandwidthConfig, WarmupConfig
+from dreamddp.config.named import algo_config, as_algo, as_link, bandwidth_config
+from dreamddp.config.schema import WarmupConfig
 from dreamddp.engine import mesh as meshes
 from dreamddp.engine.mesh import local_tensor
 from dreamddp.engine.units import enumerate_units, leaf_module_names, reorder_units
 from dreamddp.warmup import Warmup, check as check_warmup
 
 __all__ = ["Sync", "algo_config", "bandwidth_config", "mesh", "replica_difference", "shard", "wrap"]
-
-
-# ---- options: the Hydra config's dataclasses, or the names of its yaml -------------------------
-def _compose(overrides: list[str]) -> DictConfig:
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():  # inside a Hydra app: it composed them already
-        raise ConfigError(f"{' '.join(overrides)}: names are composed with Hydra, which this process already "
-                          "runs; pass the Config itself (OmegaConf.to_object(cfg.algo), cfg.bandwidth)")
-    return compose_checked(conf_dir(), CONFIG_NAME, overrides)
-
-
-def _named(group: str, name: str) -> None:
-    """``name`` must be a yaml of ``conf/<group>`` (one line listing them, as the CLI's refusal)."""
-    from pathlib import Path
-
-    known = sorted(p.stem for p in Path(conf_dir(), group).glob("*.yaml"))
-    if name not in known:
-        raise ConfigError(f"{group}={name}: no such option (one of: {', '.join(known)})")
-
-
-def _with(node: DictConfig, options: dict, group: str):
-    """``node`` (a typed config node) with ``options`` merged in, type-checked as the CLI's
-    ``group.key=value`` would be, as its dataclass."""
-    try:
-        merged = OmegaConf.merge(node, options) if options else node
-    except Exception as exc:  # noqa: BLE001  OmegaConf's refusals, one line
-        raise ConfigError(f"{group}: {str(exc).splitlines()[0]}") from None
-    return OmegaConf.to_object(merged)
-
-
-def algo_config(name: str, **options) -> AlgoConfig:
-    """The algorithm's Config dataclass as ``dreamddp-run algo=<name> algo.<key>=<value>...``
-    composes it: ``name`` an algorithm (``flsgd``) or a recipe (``diloco``, a conf/algo yaml
-    with ``recipe:``)."""
-    _named("algo", name)
-    return _with(_compose([f"algo={name}"]).algo, options, f"algo={name}")
-
-
-def bandwidth_config(name: str, **options) -> BandwidthConfig:
-    """The BandwidthConfig ``dreamddp-run bandwidth=<name> bandwidth.<key>=<value>...`` composes."""
-    _named("bandwidth", name)
-    return _with(_compose([f"bandwidth={name}"]).bandwidth, options, f"bandwidth={name}")
-
-
-def _as_algo(algo) -> AlgoConfig:
-    if isinstance(algo, str):
-        return algo_config(algo)
-    if isinstance(algo, DictConfig):  # a composed cfg.algo
-        algo = OmegaConf.to_object(algo)
-    if not isinstance(algo, AlgoConfig):
-        raise ConfigError(f"algo={algo!r}: an algorithm or recipe name, or an algorithm's Config dataclass")
-    return algo
-
-
-def _as_link(link) -> BandwidthConfig:
-    if link is None:
-        return BandwidthConfig()  # ideal: no pacing
-    if isinstance(link, str):
-        return bandwidth_config(link)
-    if isinstance(link, DictConfig):
-        link = OmegaConf.to_object(link)
-    if not isinstance(link, BandwidthConfig):
-        raise ConfigError(f"link={link!r}: a bandwidth name (conf/bandwidth) or a BandwidthConfig")
-    return link
 
 
 def _refuse_unwrappable(cfg: AlgoConfig, algo_cls, optimizer, link_cls) -> None:
@@ -196,8 +129,8 @@ class Sync:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, algo: Any = "ssgd", *,
                  link: Any = None, group=None, grad_clip: float = 0.0, loss_fn: Callable[[], torch.Tensor] | None = None,
                  warmup: WarmupConfig | None = None, comm=None):
-        cfg = _as_algo(algo)
-        bandwidth = _as_link(link)
+        cfg = as_algo(algo)
+        bandwidth = as_link(link)
         warmup = warmup or WarmupConfig()
         algo_cls = ALGORITHMS.lookup(cfg.name)
         algo_cls.check(cfg)
